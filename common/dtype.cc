@@ -60,7 +60,9 @@ uint16_t FloatToFp16(float f) {
   return sign | static_cast<uint16_t>((m >> 13) - (112 << 10));
 }
 
-float E4m3ToFloat(uint8_t v) {
+namespace {
+
+float DecodeE4m3(uint8_t v) {
   const bool neg = v & 0x80;
   const int exp = (v >> 3) & 0xF;
   const int man = v & 0x7;
@@ -68,6 +70,18 @@ float E4m3ToFloat(uint8_t v) {
   const float mag = exp == 0 ? std::ldexp(static_cast<float>(man), -9)
                              : std::ldexp(1.f + man / 8.f, exp - 7);
   return neg ? -mag : mag;
+}
+
+}  // namespace
+
+// A table: expert dequantization reads one scale per 16 weights, on the hot path of the reference.
+float E4m3ToFloat(uint8_t v) {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t;
+    for (int i = 0; i < 256; ++i) t[i] = DecodeE4m3(static_cast<uint8_t>(i));
+    return t;
+  }();
+  return table[v];
 }
 
 uint8_t FloatToE4m3(float f) {

@@ -16,7 +16,7 @@
 
 // `ASSIGN_OR_RETURN(auto x, F());` binds the value of an absl::StatusOr or returns its status.
 #define ASSIGN_OR_RETURN(lhs, expr) \
-  Q38_ASSIGN_OR_RETURN_IMPL(Q38_CONCAT(q38_statusor_, __LINE__), lhs, expr)
+  Q38_ASSIGN_OR_RETURN_IMPL(Q38_CONCAT(q38_statusor_, __COUNTER__), lhs, expr)
 #define Q38_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                              \
   if (!tmp.ok()) return tmp.status();             \

@@ -1,0 +1,130 @@
+// Tests of the hyper-connection ops (MODEL.md §3, §5) by hand and against naive loops.
+#include "kernels/hc/hc.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace q38::cpu {
+namespace {
+
+std::vector<float> Uniform(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+double SigmoidD(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+TEST(EmbedStreams, CopiesTheRowIntoEveryStream) {
+  // Table of 5 rows × H = 3 (row r = (10r, 10r+1, 10r+2)); ids (4, 0, 4); S = 4 streams:
+  // X[t] = concat of 4 copies of row ids[t].
+  const int64_t V = 5, H = 3, S = 4, T = 3;
+  std::vector<float> table(V * H);
+  for (int64_t r = 0; r < V; ++r)
+    for (int64_t c = 0; c < H; ++c) table[r * H + c] = static_cast<float>(10 * r + c);
+  const std::vector<int32_t> ids = {4, 0, 4};
+  std::vector<float> X(T * S * H, NAN);
+  EmbedStreams(table.data(), ids.data(), X.data(), T, S, H);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t c = 0; c < H; ++c) EXPECT_EQ(X[(t * S + s) * H + c], 10.0f * ids[t] + c) << t << s << c;
+}
+
+TEST(HcGates, HandComputedWithInject) {
+  // R = 3, S = 4, one token; di = (4, −4, 0 | 0, 8, −8, 4):
+  //   a = silu(di[:3] / 4) = (silu 1, silu −1, silu 0) = (0.7310586, −0.2689414, 0)
+  //   g = 2·sigmoid(di[3:] / 4) = 2·sigmoid(0, 2, −2, 1) = (1, 1.7615942, 0.2384058, 1.4621172)
+  const std::vector<float> di = {4, -4, 0, 0, 8, -8, 4};
+  std::vector<float> a(3, NAN), g(4, NAN);
+  HcGates(di.data(), a.data(), g.data(), 1, 3, 4, true);
+  const double want_a[3] = {0.7310586, -0.2689414, 0};
+  const double want_g[4] = {1, 1.7615942, 0.2384058, 1.4621172};
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(a[i], want_a[i], 1e-6) << i;
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(g[i], want_g[i], 1e-6) << i;
+}
+
+TEST(HcGates, MixerHasNoInjectButStillDividesByStreamCount) {
+  // The final mixer: di is R wide (no inject columns), a = silu(di / hc_count) with hc_count 4
+  // (MODEL.md §5: "the same without Wi"), g untouched. Two tokens, R = 2:
+  //   di = (8, −2 | 2, 0) → a = (silu 2, silu −0.5 | silu 0.5, 0)
+  //      = (1.7615942, −0.1887703 | 0.3112297, 0)
+  const std::vector<float> di = {8, -2, 2, 0};
+  std::vector<float> a(4, NAN);
+  HcGates(di.data(), a.data(), nullptr, 2, 2, 4, false);
+  const double want[4] = {1.7615942, -0.1887703, 0.3112297, 0};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(a[i], want[i], 1e-6) << i;
+}
+
+TEST(HcGates, MatchesNaiveOverRows) {
+  const int64_t T = 3, R = 7, S = 4;
+  const std::vector<float> di = Uniform(T * (R + S), 601, -10, 10);
+  std::vector<float> a(T * R, NAN), g(T * S, NAN);
+  HcGates(di.data(), a.data(), g.data(), T, R, S, true);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t r = 0; r < R; ++r) {
+      const double x = di[t * (R + S) + r] / 4.0;
+      EXPECT_NEAR(a[t * R + r], x * SigmoidD(x), 1e-6 * std::max(1.0, std::fabs(x)));
+    }
+    for (int64_t s = 0; s < S; ++s) {
+      const double want = 2.0 * SigmoidD(di[t * (R + S) + R + s] / 4.0);
+      EXPECT_NEAR(g[t * S + s], want, 1e-6);
+      EXPECT_GT(g[t * S + s], 0.0f);
+      EXPECT_LT(g[t * S + s], 2.0f);
+    }
+  }
+}
+
+TEST(HcCombine, HandComputed) {
+  // S = 2, H = 2: m = (0, 0 | 100, −100), Xn = (2, 4 | 6, 8)
+  //   sigmoid(m) = (0.5, 0.5 | 1, ~0)
+  //   h = ((0.5·2 + 1·6)/2, (0.5·4 + 0·8)/2) = (3.5, 1)
+  const std::vector<float> m = {0, 0, 100, -100}, xn = {2, 4, 6, 8};
+  std::vector<float> h(2, NAN);
+  HcCombine(m.data(), xn.data(), h.data(), 1, 2, 2);
+  EXPECT_NEAR(h[0], 3.5, 1e-6);
+  EXPECT_NEAR(h[1], 1.0, 1e-6);
+}
+
+TEST(HcCombine, MatchesNaiveMeanOverStreams) {
+  const int64_t T = 2, S = 4, H = 16;
+  const std::vector<float> m = Uniform(T * S * H, 611, -5, 5), xn = Uniform(T * S * H, 612, -3, 3);
+  std::vector<float> h(T * H, NAN);
+  HcCombine(m.data(), xn.data(), h.data(), T, S, H);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t c = 0; c < H; ++c) {
+      double sum = 0;
+      for (int64_t s = 0; s < S; ++s) sum += SigmoidD(m[(t * S + s) * H + c]) * xn[(t * S + s) * H + c];
+      EXPECT_NEAR(h[t * H + c], sum / S, 1e-6) << t << " " << c;
+    }
+  }
+}
+
+TEST(HcResidual, HandComputed) {
+  // S = 2, H = 2, one token: X = (1, 2 | 3, 4), g = (1, 0.5), y = (10, −2):
+  //   X' = (1 + 10, 2 − 2 | 3 + 5, 4 − 1) = (11, 0 | 8, 3)
+  std::vector<float> X = {1, 2, 3, 4};
+  const std::vector<float> g = {1, 0.5f}, y = {10, -2};
+  HcResidual(X.data(), g.data(), y.data(), 1, 2, 2);
+  EXPECT_EQ(X, (std::vector<float>{11, 0, 8, 3}));
+}
+
+TEST(HcResidual, MatchesNaivePerTokenAndStream) {
+  const int64_t T = 3, S = 4, H = 8;
+  std::vector<float> X = Uniform(T * S * H, 621);
+  const std::vector<float> X0 = X, g = Uniform(T * S, 622, 0, 2), y = Uniform(T * H, 623);
+  HcResidual(X.data(), g.data(), y.data(), T, S, H);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t c = 0; c < H; ++c) {
+        const int64_t i = (t * S + s) * H + c;
+        EXPECT_NEAR(X[i], X0[i] + static_cast<double>(g[t * S + s]) * y[t * H + c], 1e-6) << i;
+      }
+}
+
+}  // namespace
+}  // namespace q38::cpu

@@ -1,0 +1,55 @@
+// Collectives between the ranks of one tensor-parallel group. The model needs two: a sum
+// all-reduce after each row-parallel projection, and an all-gather for the vocab-split logits.
+// Implementations: in-process threads (tests), Gloo over TCP (CPU workers), NCCL (GPU workers).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace q38 {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // A short name with the version, for manifests ("gloo-0.5.0", "inprocess").
+  virtual std::string version() const = 0;
+  // data[0..n) ← Σ over ranks, identically summed on every rank.
+  virtual absl::Status AllReduceSum(float* data, size_t n) = 0;
+  // out[r·n .. (r+1)·n) ← rank r's in[0..n).
+  virtual absl::Status AllGather(const float* in, size_t n, float* out) = 0;
+  // bytes [0..n) of root's data to every rank.
+  virtual absl::Status Broadcast(void* data, size_t n, int root) = 0;
+};
+
+// A single rank: every collective is the identity.
+std::unique_ptr<Communicator> MakeSoloCommunicator();
+
+// `world` communicators for threads of one process, one per rank; each must be used from its own
+// thread. Reductions add in rank order so every rank gets bitwise the same sum.
+std::vector<std::unique_ptr<Communicator>> MakeInProcessGroup(int world);
+
+}  // namespace q38
+
+namespace q38 {
+
+// Gloo over TCP for CPU worker processes. The rendezvous is a directory every rank can reach (a
+// file store); `prefix` keeps separate groups in one directory apart. Every collective, and the
+// rendezvous itself, fails with DEADLINE_EXCEEDED or UNAVAILABLE rather than hanging.
+struct GlooOptions {
+  int rank = 0;
+  int size = 1;
+  std::string store_dir;
+  std::string prefix = "q38";
+  std::string hostname = "127.0.0.1";
+  int timeout_ms = 30000;
+};
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const GlooOptions& options);
+
+}  // namespace q38

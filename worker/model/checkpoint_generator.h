@@ -1,0 +1,25 @@
+// Writes a random qwen4_exp checkpoint in exactly the layout of the published NVFP4 release
+// (MODEL.md §2, §14): config.json with text_config and quantization_config,
+// generation_config.json, hf_quant_config.json, BF16 backbone, per-expert ModelOpt NVFP4 experts
+// (or the official fused BF16 experts), FP8 (or BF16) PLE shards with their scale, and the int64
+// hash buffers. Deterministic byte for byte from the seed; every file is marked synthetic.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/config.h"
+
+namespace q38 {
+
+struct GeneratorOptions {
+  uint64_t seed = 0;
+  bool nvfp4_experts = true;  // false: the official release's fused BF16 experts
+  bool fp8_ple = true;        // false: a BF16 n-gram table
+  size_t max_shard_bytes = size_t{1} << 30;
+};
+
+absl::Status GenerateCheckpoint(const ModelConfig& config, const GeneratorOptions& options, const std::string& dir);
+
+}  // namespace q38

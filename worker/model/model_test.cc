@@ -1,0 +1,299 @@
+// The whole forward pass on the tiny geometry: cache consistency (one pass = prefill + decode =
+// chunked prefill), tensor parallelism (TP2 and TP4 = TP1), every checkpoint format the loader
+// reads, and the errors a broken checkpoint must produce.
+#include <cmath>
+#include <filesystem>
+#include <functional>
+
+#include <gtest/gtest.h>
+
+#include "worker/checkpoint/safetensors.h"
+#include "worker/checkpoint/safetensors_writer.h"
+#include "worker/checkpoint/test_files.h"
+#include "worker/model/checkpoint_generator.h"
+#include "worker/model/greedy.h"
+#include "worker/model/local_group.h"
+
+namespace q38 {
+namespace {
+
+using testing_files::ScratchDir;
+
+// A prompt long enough that QSA selects sparsely (budget 16 tokens = 4 blocks) and that contains
+// EOS (1000), which cuts the PLE n-gram history.
+std::vector<int32_t> Prompt() {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 45; ++i) ids.push_back((i * 37 + 11) % 1000);
+  ids[20] = 1000;
+  return ids;
+}
+
+double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) {
+      ADD_FAILURE() << "non-finite logit at " << i << ": " << a[i] << " vs " << b[i];
+      return INFINITY;
+    }
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    ref = std::max(ref, std::fabs(static_cast<double>(b[i])));
+  }
+  return diff / ref;
+}
+
+struct Loaded {
+  std::unique_ptr<TensorStore> store;
+  ModelConfig config;
+};
+
+Loaded Open(const std::string& dir) {
+  auto config = LoadModelConfig(dir);
+  EXPECT_TRUE(config.ok()) << config.status();
+  auto store = TensorStore::Open(dir);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return {std::move(*store), *config};
+}
+
+// Runs `fn(model, state)` on every rank of a TP group (threads), returning rank 0's result.
+template <typename Fn>
+auto OnRanks(const Loaded& l, int tp, Fn fn) {
+  decltype(fn(std::declval<Model&>(), std::declval<SequenceState&>())) out{};
+  absl::Status s = RunLocalGroup(l.config, *l.store, tp, [&](Model& model) {
+    SequenceState state = model.NewSequence(256);
+    auto r = fn(model, state);
+    if (model.comm().rank() == 0) out = std::move(r);
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
+// Logits of every prompt position from one forward pass.
+std::vector<float> AllPositions(Model& m, SequenceState& s, const std::vector<int32_t>& ids) {
+  auto local = m.Forward(ids, s, static_cast<int64_t>(ids.size()));
+  EXPECT_TRUE(local.ok()) << local.status();
+  return *m.GatherLogits(*local);
+}
+
+// Logits of every prompt position, one token at a time (the decode path).
+std::vector<float> TokenByToken(Model& m, SequenceState& s, const std::vector<int32_t>& ids) {
+  std::vector<float> all;
+  for (int32_t id : ids) {
+    auto local = m.Forward({id}, s);
+    EXPECT_TRUE(local.ok()) << local.status();
+    auto logits = m.GatherLogits(*local);
+    all.insert(all.end(), logits->begin(), logits->end());
+  }
+  return all;
+}
+
+class TinyModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new ScratchDir();
+    ASSERT_TRUE(GenerateCheckpoint(TinyModelConfig(), {.seed = 7}, dir_->path()).ok());
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static ScratchDir* dir_;
+};
+ScratchDir* TinyModel::dir_ = nullptr;
+
+TEST_F(TinyModel, DecodeEqualsOnePass) {
+  const Loaded l = Open(dir_->path());
+  const auto prompt = Prompt();
+  auto one = OnRanks(l, 1, [&](Model& m, SequenceState& s) { return AllPositions(m, s, prompt); });
+  auto steps = OnRanks(l, 1, [&](Model& m, SequenceState& s) { return TokenByToken(m, s, prompt); });
+  EXPECT_LE(RelErr(steps, one), 1e-5);
+}
+
+TEST_F(TinyModel, PrefillThenDecodeEqualsOnePass) {
+  const Loaded l = Open(dir_->path());
+  const auto prompt = Prompt();
+  auto one = OnRanks(l, 1, [&](Model& m, SequenceState& s) { return AllPositions(m, s, prompt); });
+  const int64_t V = l.config.vocab_size;
+  for (int k : {1, 4, 21, 30}) {
+    auto mixed = OnRanks(l, 1, [&](Model& m, SequenceState& s) {
+      std::vector<float> out = AllPositions(m, s, {prompt.begin(), prompt.begin() + k});
+      std::vector<float> rest = TokenByToken(m, s, {prompt.begin() + k, prompt.end()});
+      out.insert(out.end(), rest.begin(), rest.end());
+      return out;
+    });
+    EXPECT_LE(RelErr(mixed, one), 1e-5) << "prefill " << k;
+    EXPECT_EQ(mixed.size(), prompt.size() * V);
+  }
+}
+
+TEST_F(TinyModel, ChunkedPrefillEqualsOnePass) {
+  const Loaded l = Open(dir_->path());
+  const auto prompt = Prompt();
+  auto one = OnRanks(l, 1, [&](Model& m, SequenceState& s) { return *Prefill(m, s, prompt, 8192); });
+  for (int chunk : {1, 3, 8, 17}) {
+    auto chunked = OnRanks(l, 1, [&](Model& m, SequenceState& s) { return *Prefill(m, s, prompt, chunk); });
+    EXPECT_LE(RelErr(chunked, one), 1e-5) << "chunk " << chunk;
+  }
+}
+
+TEST_F(TinyModel, TensorParallelEqualsSingleRank) {
+  const Loaded l = Open(dir_->path());
+  const auto prompt = Prompt();
+  auto tp1 = OnRanks(l, 1, [&](Model& m, SequenceState& s) { return AllPositions(m, s, prompt); });
+  for (int tp : {2, 4}) {
+    auto tpn = OnRanks(l, tp, [&](Model& m, SequenceState& s) { return AllPositions(m, s, prompt); });
+    EXPECT_LE(RelErr(tpn, tp1), 1e-5) << "TP" << tp;
+    auto greedy = OnRanks(l, tp, [&](Model& m, SequenceState& s) { return GenerateGreedy(m, s, prompt, 12, 16)->tokens; });
+    auto greedy1 = OnRanks(l, 1, [&](Model& m, SequenceState& s) { return GenerateGreedy(m, s, prompt, 12, 16)->tokens; });
+    EXPECT_EQ(greedy, greedy1) << "TP" << tp;
+  }
+}
+
+TEST_F(TinyModel, ResetStartsOver) {
+  const Loaded l = Open(dir_->path());
+  const auto prompt = Prompt();
+  auto twice = OnRanks(l, 1, [&](Model& m, SequenceState& s) {
+    std::vector<float> a = *Prefill(m, s, prompt, 16);
+    m.Reset(s);
+    std::vector<float> b = *Prefill(m, s, prompt, 16);
+    return RelErr(a, b);
+  });
+  EXPECT_EQ(twice, 0.0);
+}
+
+TEST_F(TinyModel, ForwardRejectsBadInput) {
+  const Loaded l = Open(dir_->path());
+  auto errors = OnRanks(l, 1, [&](Model& m, SequenceState& s) {
+    std::vector<std::string> out;
+    out.push_back(std::string(m.Forward({}, s).status().message()));
+    out.push_back(std::string(m.Forward({1024}, s).status().message()));
+    out.push_back(std::string(m.Forward({-1}, s).status().message()));
+    out.push_back(std::string(m.Forward(std::vector<int32_t>(300, 1), s).status().message()));
+    return out;
+  });
+  EXPECT_EQ(errors[0], "forward: no tokens");
+  EXPECT_EQ(errors[1], "forward: token id 1024 outside the vocabulary");
+  EXPECT_EQ(errors[2], "forward: token id -1 outside the vocabulary");
+  EXPECT_EQ(errors[3], "forward: 300 tokens exceed the cache capacity of 256");
+}
+
+TEST(Generator, DeterministicByteForByte) {
+  ScratchDir a, b, c;
+  ASSERT_TRUE(GenerateCheckpoint(TinyModelConfig(), {.seed = 3}, a.path()).ok());
+  ASSERT_TRUE(GenerateCheckpoint(TinyModelConfig(), {.seed = 3}, b.path()).ok());
+  ASSERT_TRUE(GenerateCheckpoint(TinyModelConfig(), {.seed = 4}, c.path()).ok());
+  for (const char* f : {"model.safetensors", "config.json", "generation_config.json", "hf_quant_config.json"}) {
+    EXPECT_EQ(testing_files::ReadFile(a.File(f)), testing_files::ReadFile(b.File(f))) << f;
+  }
+  EXPECT_NE(testing_files::ReadFile(a.File("model.safetensors")), testing_files::ReadFile(c.File("model.safetensors")));
+}
+
+TEST(Generator, OfficialBf16LayoutLoadsAndRuns) {
+  ScratchDir dir;
+  GeneratorOptions o{.seed = 5, .nvfp4_experts = false, .fp8_ple = false};
+  ASSERT_TRUE(GenerateCheckpoint(TinyModelConfig(), o, dir.path()).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir.File("hf_quant_config.json")));
+  const Loaded l = Open(dir.path());
+  for (int tp : {1, 2}) {
+    auto logits = OnRanks(l, tp, [&](Model& m, SequenceState& s) { return *Prefill(m, s, Prompt(), 16); });
+    ASSERT_EQ(logits.size(), 1024u);
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+  }
+}
+
+TEST(Generator, ShardedCheckpointLoads) {
+  ScratchDir dir;
+  ASSERT_TRUE(GenerateCheckpoint(TinyModelConfig(), {.seed = 3, .max_shard_bytes = 1 << 20}, dir.path()).ok());
+  EXPECT_TRUE(std::filesystem::exists(dir.File("model.safetensors.index.json")));
+  const Loaded l = Open(dir.path());
+  auto logits = OnRanks(l, 1, [&](Model& m, SequenceState& s) { return *Prefill(m, s, Prompt(), 64); });
+  EXPECT_EQ(logits.size(), 1024u);
+}
+
+// Rewrites the single-file checkpoint of `dir` with `edit` applied to its tensors.
+void EditTensors(const std::string& dir, const std::function<void(std::vector<TensorData>&)>& edit) {
+  std::vector<TensorData> tensors;
+  {
+    auto file = SafetensorsFile::Open(dir + "/model.safetensors");
+    ASSERT_TRUE(file.ok()) << file.status();
+    for (const TensorView& v : (*file)->tensors()) {
+      tensors.push_back({v.name, v.dtype, v.shape, std::vector<uint8_t>(v.data, v.data + v.nbytes)});
+    }
+  }
+  edit(tensors);
+  SafetensorsWriter w;
+  for (auto& t : tensors) w.Add(std::move(t));
+  ASSERT_TRUE(w.Write(dir + "/model.safetensors").ok());
+}
+
+std::string LoadError(const std::string& dir, int tp = 1) {
+  auto config = LoadModelConfig(dir);
+  if (!config.ok()) return std::string(config.status().message());
+  auto store = TensorStore::Open(dir);
+  if (!store.ok()) return std::string(store.status().message());
+  auto backend = MakeCpuBackend();
+  auto w = LoadWeights(*config, **store, *backend, {0, tp});
+  return w.ok() ? "ok" : std::string(w.status().message());
+}
+
+TEST(LoadErrors, NameWhatIsWrong) {
+  const std::string L1 = "model.language_model.layers.1.";
+  struct Case {
+    std::string what;
+    std::function<void(std::vector<TensorData>&)> edit;
+    std::string expected;
+  };
+  auto find = [](std::vector<TensorData>& ts, const std::string& name) -> TensorData& {
+    for (auto& t : ts) {
+      if (t.name == name) return t;
+    }
+    ADD_FAILURE() << "no tensor " << name;
+    return ts.front();
+  };
+  const std::vector<Case> cases = {
+      {"missing", [&](auto& ts) { std::erase_if(ts, [&](auto& t) { return t.name == L1 + "linear_attn.A_log"; }); },
+       "checkpoint: missing tensor " + L1 + "linear_attn.A_log"},
+      {"extra", [&](auto& ts) { ts.push_back({L1 + "linear_attn.surprise", DType::kF32, {1}, {0, 0, 0, 0}}); },
+       "checkpoint: unexpected tensor(s) " + L1 + "linear_attn.surprise"},
+      {"shape", [&](auto& ts) { auto& t = find(ts, L1 + "linear_attn.dt_bias"); t.shape = {4, 2}; },
+       "checkpoint: tensor " + L1 + "linear_attn.dt_bias in"},
+      {"dtype", [&](auto& ts) { auto& t = find(ts, L1 + "linear_attn.dt_bias"); t.dtype = DType::kI32; t.bytes.resize(32); },
+       "has dtype I32, expected BF16 or F16 or F32"},
+      {"hash", [&](auto& ts) { find(ts, L1 + "ple.ple_embedding.layer_multipliers").bytes[0] ^= 2; },
+       "checkpoint: tensor " + L1 + "ple.ple_embedding.layer_multipliers[0] = "},
+      {"expert codes dtype", [&](auto& ts) { find(ts, "model.language_model.layers.0.mlp.experts.3.up_proj.weight").dtype = DType::kF8E4M3; },
+       "model.language_model.layers.0.mlp.experts.3.up_proj.weight"},
+  };
+  for (const Case& c : cases) {
+    ScratchDir dir;
+    ASSERT_TRUE(GenerateCheckpoint(TinyModelConfig(), {.seed = 1}, dir.path()).ok());
+    EditTensors(dir.path(), c.edit);
+    const std::string err = LoadError(dir.path());
+    EXPECT_NE(err.find(c.expected), std::string::npos) << c.what << ": " << err;
+  }
+}
+
+TEST(LoadErrors, GeometryTheConfigCannotSplit) {
+  ScratchDir dir;
+  ASSERT_TRUE(GenerateCheckpoint(TinyModelConfig(), {.seed = 1}, dir.path()).ok());
+  EXPECT_EQ(LoadError(dir.path(), 3), "tensor parallelism: vocab_size (1024) is not divisible by the TP size 3");
+  EXPECT_EQ(LoadError(dir.path(), 8), "tensor parallelism: linear_num_key_heads (4) is not divisible by the TP size 8");
+}
+
+TEST(LoadErrors, ConfigThatDisagreesWithTheCheckpoint) {
+  ScratchDir dir;
+  ModelConfig wide = TinyModelConfig();
+  ASSERT_TRUE(GenerateCheckpoint(wide, {.seed = 1}, dir.path()).ok());
+  wide.num_experts = 16;
+  testing_files::WriteFile(dir.File("config.json"), ModelConfigJson(wide));
+  EXPECT_NE(LoadError(dir.path()).find("mlp.gate.weight"), std::string::npos) << LoadError(dir.path());
+}
+
+TEST(LoadErrors, TruncatedFile) {
+  ScratchDir dir;
+  ASSERT_TRUE(GenerateCheckpoint(TinyModelConfig(), {.seed = 1}, dir.path()).ok());
+  std::filesystem::resize_file(dir.File("model.safetensors"), 100000);
+  const std::string err = LoadError(dir.path());
+  EXPECT_NE(err.find("model.safetensors"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace q38

@@ -1,0 +1,233 @@
+#include "worker/model/qwen4_exp.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/ple/ple_hash.h"
+
+namespace q38 {
+
+Model::Model(const ModelConfig& config, ModelWeights weights, Backend& backend, Communicator& comm)
+    : config_(config), weights_(std::move(weights)), backend_(backend), comm_(comm),
+      eps_(static_cast<float>(config.rms_norm_eps)) {}
+
+SequenceState Model::NewSequence(int64_t capacity) const {
+  const ModelConfig& c = config_;
+  Backend& b = backend_;
+  const DType act = b.act_dtype();
+  SequenceState s;
+  s.capacity = capacity;
+  s.gdn.resize(c.num_layers);
+  s.attention.resize(c.num_layers);
+  for (int i = 0; i < c.num_layers; ++i) {
+    const LayerWeights& l = weights_.layers[i];
+    if (c.is_attention(i)) {
+      const int64_t blocks = capacity / c.indexer_compress_ratio + 1;
+      s.attention[i].k = b.Alloc(act, {capacity, l.attn.kv_heads, c.head_dim});
+      s.attention[i].v = b.Alloc(act, {capacity, l.attn.kv_heads, c.head_dim});
+      s.attention[i].raw_keys = b.Alloc(act, {capacity, c.indexer_head_dim});
+      s.attention[i].pooled = b.Alloc(act, {blocks, c.indexer_head_dim});
+    } else {
+      const int64_t hv = l.gdn.a_log.t().numel();
+      s.gdn[i].conv = b.Alloc(act, {c.conv_kernel - 1, l.gdn.qkv.t().dim(0)});
+      s.gdn[i].recurrent = b.Alloc(DType::kF32, {hv, c.gdn_key_dim, c.gdn_value_dim});
+    }
+  }
+  s.ple_conv = b.Alloc(act, {int64_t{c.ple_conv_kernel - 1} * c.ngram_size, c.hc_width()});
+  Reset(s);
+  return s;
+}
+
+void Model::Reset(SequenceState& s) const {
+  for (auto& g : s.gdn) {
+    if (g.conv) backend_.Fill(g.conv.t(), 0.0f);
+    if (g.recurrent) backend_.Fill(g.recurrent.t(), 0.0f);
+  }
+  backend_.Fill(s.ple_conv.t(), 0.0f);
+  // The n-gram history before the first token is EOS (MODEL.md §6.2).
+  s.ple_history.assign(config_.ngram_size - 1, config_.ple_eos());
+  s.length = 0;
+}
+
+absl::Status Model::AllReduce(Buffer& partial) {
+  if (comm_.size() == 1) return absl::OkStatus();
+  backend_.Synchronize();
+  return comm_.AllReduceSum(partial.t().as<float>(), partial.t().numel());
+}
+
+void Model::HyperConnection(const HcWeights& w, const Tensor& X, Buffer& h, Buffer* g) {
+  const int64_t T = X.dim(0), S = config_.hc_count, H = config_.hidden_size, R = config_.hc_lowrank;
+  Buffer xn = Act({T, S * H});
+  backend_.RmsNorm(X, w.norm.t(), xn.t(), H, /*zero_centred=*/true, eps_);
+  Buffer di = Act({T, w.down_inject.t().dim(0)});
+  backend_.Linear(xn.t(), w.down_inject.t(), di.t());
+  Buffer a = Act({T, R});
+  Tensor none;
+  backend_.HcGates(di.t(), a.t(), g != nullptr ? g->t() : none, S, g != nullptr);
+  Buffer m = Act({T, S * H});
+  backend_.Linear(a.t(), w.up.t(), m.t());
+  backend_.HcCombine(m.t(), xn.t(), h.t());
+}
+
+Buffer Model::GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState::Gdn& s) {
+  const int64_t T = h.dim(0);
+  const int64_t C = w.qkv.t().dim(0), Dv = w.z.t().dim(0), Hv = w.a.t().dim(0);
+  Buffer qkv = Act({T, C}), z = Act({T, Dv}), b = Act({T, Hv}), a = Act({T, Hv});
+  backend_.Linear(h, w.qkv.t(), qkv.t());
+  backend_.Linear(h, w.z.t(), z.t());
+  backend_.Linear(h, w.b.t(), b.t());
+  backend_.Linear(h, w.a.t(), a.t());
+  Buffer xc = Act({T, C});
+  backend_.CausalConv(qkv.t(), w.conv.t(), s.conv.t(), xc.t(), /*dilation=*/1);
+  Buffer beta = Act({T, Hv}), g = Act({T, Hv});
+  backend_.GdnGates(b.t(), a.t(), w.a_log.t(), w.dt_bias.t(), beta.t(), g.t());
+  Buffer o = Act({T, Dv});
+  backend_.GdnDeltaRule(xc.t(), beta.t(), g.t(), s.recurrent.t(), o.t(), w.key_heads, config_.gdn_key_dim,
+                        /*chunked=*/T > 1);
+  Buffer y = Act({T, Dv});
+  backend_.GatedRmsNorm(o.t(), z.t(), w.norm.t(), y.t(), config_.gdn_output_gate_sigmoid, eps_);
+  Buffer out = Act({T, config_.hidden_size});
+  backend_.Linear(y.t(), w.out.t(), out.t());
+  return out;
+}
+
+Buffer Model::Attention(const AttentionWeights& w, const Tensor& h, const Tensor& positions, int64_t start,
+                        SequenceState::Attention& s) {
+  const ModelConfig& c = config_;
+  const int64_t T = h.dim(0), dh = c.head_dim, Hq = w.q_heads, Hkv = w.kv_heads;
+  const int64_t Hi = c.indexer_heads, di = c.indexer_head_dim, ratio = c.indexer_compress_ratio;
+  Buffer q = Act({T, Hq, dh}), gate = Act({T, Hq * dh}), k = Act({T, Hkv, dh});
+  backend_.Linear(h, w.q.t(), q.t());
+  backend_.Linear(h, w.gate.t(), gate.t());
+  backend_.Linear(h, w.k.t(), k.t());
+  Tensor v_rows = s.v.t().Rows(start, T);  // V is cached raw
+  backend_.Linear(h, w.v.t(), v_rows);
+  backend_.RmsNorm(q.t(), w.q_norm.t(), q.t(), dh, true, eps_);
+  backend_.RmsNorm(k.t(), w.k_norm.t(), k.t(), dh, true, eps_);
+  backend_.Rope(q.t(), positions, c.rotary_dim, c.rope_theta);
+  backend_.Rope(k.t(), positions, c.rotary_dim, c.rope_theta);
+  Tensor k_rows = s.k.t().Rows(start, T);
+  backend_.Copy(k.t(), k_rows);
+
+  // QSA indexer: cache this chunk's raw keys, pool the blocks it completes, select per query.
+  Buffer iq = Act({T, Hi, di});
+  backend_.Linear(h, w.index_q.t(), iq.t());
+  backend_.RmsNorm(iq.t(), w.index_q_norm.t(), iq.t(), di, true, eps_);
+  backend_.Rope(iq.t(), positions, c.rotary_dim, c.rope_theta);
+  Tensor raw_rows = s.raw_keys.t().Rows(start, T);
+  backend_.Linear(h, w.index_k.t(), raw_rows);
+  const int64_t done = start / ratio, complete = (start + T) / ratio;
+  if (complete > done) {
+    backend_.IndexerPoolBlocks(s.raw_keys.t(), w.index_k_norm.t(), s.pooled.t(), done, complete - done, ratio,
+                               eps_, c.rotary_dim, c.rope_theta);
+  }
+  Buffer sel = backend_.Alloc(DType::kI32, {T, c.indexer_budget / ratio});
+  backend_.IndexerSelect(iq.t(), s.pooled.t(), positions, sel.t(), ratio);
+
+  Buffer o = Act({T, Hq, dh});
+  backend_.SelectedAttention(q.t(), s.k.t(), s.v.t(), sel.t(), positions, o.t(), ratio);
+  Tensor o_flat = o.t().Reshaped({T, Hq * dh});
+  backend_.SigmoidMul(o_flat, gate.t());
+  Buffer out = Act({T, c.hidden_size});
+  backend_.Linear(o_flat, w.o.t(), out.t());
+  return out;
+}
+
+Buffer Model::Moe(const MoeWeights& w, const Tensor& h) {
+  const ModelConfig& c = config_;
+  const int64_t T = h.dim(0), k = c.experts_per_token, Isl = w.shared_down.t().dim(1);
+  Buffer logits = Act({T, c.num_experts});
+  backend_.Linear(h, w.router.t(), logits.t());
+  Buffer idx = backend_.Alloc(DType::kI32, {T, k}), weights = Act({T, k});
+  backend_.RouterTopK(logits.t(), idx.t(), weights.t());
+  Buffer out = Act({T, c.hidden_size});
+  backend_.RoutedExperts(h, idx.t(), weights.t(), w.experts, out.t());
+  Buffer gu = Act({T, 2 * Isl}), act = Act({T, Isl}), shared = Act({T, c.hidden_size}), sg = Act({T, 1});
+  backend_.Linear(h, w.shared_gate_up.t(), gu.t());
+  backend_.SiluMul(gu.t(), act.t());
+  backend_.Linear(act.t(), w.shared_down.t(), shared.t());
+  backend_.Linear(h, w.shared_gate.t(), sg.t());
+  backend_.AddSigmoidGated(out.t(), shared.t(), sg.t());
+  return out;
+}
+
+void Model::Ple(const PleWeights& w, Tensor& X, const std::vector<int32_t>& ids, SequenceState& s) {
+  const ModelConfig& c = config_;
+  const int64_t T = X.dim(0), S = c.hc_count, H = c.hidden_size;
+  std::vector<int64_t> rows(T * w.hash.heads());
+  NgramRows(w.hash, ids.data(), T, c.ple_eos(), s.ple_history, rows.data());
+  Buffer e = Act({T, c.ple_embed_dim});
+  backend_.PleGather(w.table, rows, e.t());
+  Buffer kp = Act({T, S * H}), v = Act({T, H}), qn = Act({T, S * H});
+  backend_.Linear(e.t(), w.key.t(), kp.t());
+  backend_.RmsNorm(kp.t(), w.norm_key.t(), kp.t(), H, true, eps_);
+  backend_.Linear(e.t(), w.value.t(), v.t());
+  backend_.RmsNorm(X, w.norm_query.t(), qn.t(), H, true, eps_);
+  Buffer g = Act({T, S * H});
+  backend_.PleGate(kp.t(), qn.t(), v.t(), g.t());
+  Buffer nc = Act({T, S * H}), conv = Act({T, S * H});
+  backend_.RmsNorm(g.t(), w.norm_conv.t(), nc.t(), H, true, eps_);
+  backend_.CausalConv(nc.t(), w.conv.t(), s.ple_conv.t(), conv.t(), c.ngram_size);
+  backend_.Add(X, g.t());
+  backend_.Add(X, conv.t());
+}
+
+absl::StatusOr<Buffer> Model::Forward(const std::vector<int32_t>& ids, SequenceState& state, int64_t keep) {
+  const ModelConfig& c = config_;
+  const int64_t T = static_cast<int64_t>(ids.size()), S = c.hc_count, H = c.hidden_size;
+  if (T == 0) return absl::InvalidArgumentError("forward: no tokens");
+  if (state.length + T > state.capacity) {
+    return absl::OutOfRangeError(absl::StrCat("forward: ", state.length + T, " tokens exceed the cache capacity of ",
+                                              state.capacity));
+  }
+  for (int32_t id : ids) {
+    if (id < 0 || id >= c.vocab_size) return absl::InvalidArgumentError(absl::StrCat("forward: token id ", id, " outside the vocabulary"));
+  }
+  const int64_t start = state.length;
+  Buffer id_buf = backend_.UploadRaw(ids.data(), DType::kI32, {T});
+  std::vector<int64_t> pos(T);
+  for (int64_t t = 0; t < T; ++t) pos[t] = start + t;
+  Buffer positions = backend_.UploadRaw(pos.data(), DType::kI64, {T});
+
+  Buffer X = Act({T, S * H});
+  backend_.EmbedStreams(weights_.embed.t(), id_buf.t(), X.t(), S);
+  Buffer h = Act({T, H}), g = Act({T, S});
+  for (int i = 0; i < c.num_layers; ++i) {
+    const LayerWeights& l = weights_.layers[i];
+    if (l.ple) Ple(*l.ple, X.t(), ids, state);
+    HyperConnection(l.attn_hc, X.t(), h, &g);
+    Buffer y = c.is_attention(i) ? Attention(l.attn, h.t(), positions.t(), start, state.attention[i])
+                                 : GatedDeltaNet(l.gdn, h.t(), state.gdn[i]);
+    RETURN_IF_ERROR(AllReduce(y));
+    backend_.HcResidual(X.t(), g.t(), y.t());
+    HyperConnection(l.mlp_hc, X.t(), h, &g);
+    Buffer m = Moe(l.moe, h.t());
+    RETURN_IF_ERROR(AllReduce(m));
+    backend_.HcResidual(X.t(), g.t(), m.t());
+  }
+  state.length += T;
+  keep = std::min(keep, T);
+  Tensor last = X.t().Rows(T - keep, keep);
+  Buffer hf = Act({keep, H});
+  HyperConnection(weights_.mixer, last, hf, nullptr);
+  Buffer logits = Act({keep, weights_.lm_head.t().dim(0)});
+  backend_.Linear(hf.t(), weights_.lm_head.t(), logits.t());
+  return logits;
+}
+
+absl::StatusOr<std::vector<float>> Model::GatherLogits(const Buffer& local) {
+  const int64_t T = local.t().dim(0), Vl = local.t().dim(1), world = comm_.size();
+  std::vector<float> mine(T * Vl), all(world * T * Vl), out(T * Vl * world);
+  backend_.CopyToHost(local.t(), mine.data());
+  RETURN_IF_ERROR(comm_.AllGather(mine.data(), mine.size(), all.data()));
+  // all is [world][T][Vl]; logits are [T][world·Vl].
+  for (int64_t r = 0; r < world; ++r) {
+    for (int64_t t = 0; t < T; ++t) {
+      std::copy_n(all.begin() + (r * T + t) * Vl, Vl, out.begin() + t * world * Vl + r * Vl);
+    }
+  }
+  return out;
+}
+
+}  // namespace q38

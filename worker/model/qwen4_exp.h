@@ -1,0 +1,74 @@
+// The qwen4_exp forward pass (MODEL.md §3), written once against the op interface. One Model is
+// one rank's share of the network; with a Communicator it runs tensor-parallel.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/config.h"
+#include "kernels/backend.h"
+#include "worker/comm/communicator.h"
+#include "worker/model/weights.h"
+
+namespace q38 {
+
+// The caches of one sequence on one rank (MODEL.md §12): KV and indexer keys of the attention
+// layers, conv and recurrent states of the GDN layers, the PLE's n-gram history and conv state.
+struct SequenceState {
+  struct Gdn {
+    Buffer conv;       // [K-1, channels]
+    Buffer recurrent;  // F32 [Hv, dk, dv]
+  };
+  struct Attention {
+    Buffer k, v;      // [capacity, Hkv, dh]
+    Buffer raw_keys;  // [capacity, di]: un-normalized, un-rotated indexer keys
+    Buffer pooled;    // [capacity / ratio, di]: normalized, rotated block keys
+  };
+  std::vector<Gdn> gdn;              // indexed by layer; empty for attention layers
+  std::vector<Attention> attention;  // indexed by layer; empty for GDN layers
+  Buffer ple_conv;                   // [(K-1)·N, S·H]
+  std::vector<int64_t> ple_history;  // the last N-1 tokens, most recent first
+  int64_t length = 0;                // tokens consumed
+  int64_t capacity = 0;              // the most tokens the caches hold
+};
+
+class Model {
+ public:
+  Model(const ModelConfig& config, ModelWeights weights, Backend& backend, Communicator& comm);
+
+  SequenceState NewSequence(int64_t capacity) const;
+  void Reset(SequenceState& state) const;
+
+  // Runs tokens at positions state.length.. through the network, extending the caches. Returns
+  // this rank's logits [T, V/world] for the last `keep` tokens (all when keep ≥ T). T > 1 uses the
+  // chunked (prefill) forms of the stateful ops.
+  absl::StatusOr<Buffer> Forward(const std::vector<int32_t>& ids, SequenceState& state, int64_t keep = 1);
+
+  // Full-vocabulary FP32 logits on the host from rank-local logits (an all-gather over ranks).
+  absl::StatusOr<std::vector<float>> GatherLogits(const Buffer& local);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  Backend& backend() { return backend_; }
+  Communicator& comm() { return comm_; }
+
+ private:
+  Buffer Act(std::vector<int64_t> shape) { return backend_.Alloc(backend_.act_dtype(), std::move(shape)); }
+  // Runs a hyper-connection module: h [T, H] and, with inject, gains g [T, S].
+  void HyperConnection(const HcWeights& w, const Tensor& X, Buffer& h, Buffer* g);
+  Buffer GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState::Gdn& s);
+  Buffer Attention(const AttentionWeights& w, const Tensor& h, const Tensor& positions, int64_t start,
+                   SequenceState::Attention& s);
+  Buffer Moe(const MoeWeights& w, const Tensor& h);
+  void Ple(const PleWeights& w, Tensor& X, const std::vector<int32_t>& ids, SequenceState& s);
+  absl::Status AllReduce(Buffer& partial);
+
+  ModelConfig config_;
+  ModelWeights weights_;
+  Backend& backend_;
+  Communicator& comm_;
+  float eps_;
+};
+
+}  // namespace q38

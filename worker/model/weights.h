@@ -1,0 +1,90 @@
+// The weights of qwen4_exp as one rank of a tensor-parallel group holds them: read from a
+// checkpoint in the Hugging Face layout (MODEL.md §2, §14), checked tensor by tensor against the
+// config, sliced for the rank (DESIGN.md §3) and handed to the backend.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/config.h"
+#include "kernels/backend.h"
+#include "kernels/ple/ple_hash.h"
+#include "worker/checkpoint/tensor_store.h"
+
+namespace q38 {
+
+struct ShardSpec {
+  int rank = 0;
+  int world = 1;
+};
+
+struct HcWeights {
+  Buffer norm;         // [S·H], zero-centred
+  Buffer down_inject;  // [R + S, S·H]; the final mixer has no inject rows: [R, S·H]
+  Buffer up;           // [S·H, R]
+};
+
+struct GdnWeights {
+  Buffer qkv, z, b, a;  // rows of this rank's heads: qkv [2·Hk·dk + Hv·dv, H]
+  Buffer conv;          // [channels, K]
+  Buffer a_log, dt_bias;
+  Buffer norm;          // [dv]
+  Buffer out;           // [H, Hv·dv] (this rank's columns)
+  int64_t key_heads = 0;  // on this rank
+};
+
+struct AttentionWeights {
+  Buffer q, gate;        // [Hq·dh, H] each, this rank's heads
+  Buffer k, v;           // [Hkv·dh, H], this rank's KV heads
+  Buffer o;              // [H, Hq·dh]
+  Buffer q_norm, k_norm;  // [dh]
+  Buffer index_q, index_k;  // replicated: [Hi·di, H], [di, H]
+  Buffer index_q_norm, index_k_norm;  // [di]
+  int64_t q_heads = 0, kv_heads = 0;
+};
+
+struct MoeWeights {
+  Buffer router;          // [E, H]
+  Buffer shared_gate;     // [1, H]
+  Buffer shared_gate_up;  // [2·Is, H] (gate rows, then up rows; this rank's slice of each)
+  Buffer shared_down;     // [H, Is]
+  ExpertWeights experts;
+};
+
+struct PleWeights {
+  Buffer key, value;                          // [S·H, D], [H, D]
+  Buffer norm_key, norm_query, norm_conv;     // [S·H]
+  Buffer conv;                                // [S·H, K]
+  PleTableView table;
+  PleHash hash;
+};
+
+struct LayerWeights {
+  LayerType type;
+  HcWeights attn_hc, mlp_hc;
+  GdnWeights gdn;
+  AttentionWeights attn;
+  MoeWeights moe;
+  std::optional<PleWeights> ple;
+};
+
+struct ModelWeights {
+  Buffer embed;    // [V, H]
+  Buffer lm_head;  // [V / world, H]: this rank's vocabulary slice
+  int64_t vocab_begin = 0;
+  HcWeights mixer;
+  std::vector<LayerWeights> layers;
+  bool experts_nvfp4 = true;
+  // Backbone values a narrower backend format could not hold (BF16 → FP16), for the manifest.
+  int64_t overflow_count = 0;
+};
+
+// Loads and slices every tensor. Fails with a message naming the tensor on a missing or
+// unexpected tensor, a wrong shape or dtype, a shard count the geometry cannot split, or PLE
+// hash buffers that differ from the constants the config derives.
+absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& config, const TensorStore& store,
+                                         Backend& backend, const ShardSpec& shard);
+
+}  // namespace q38
