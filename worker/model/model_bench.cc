@@ -1,0 +1,80 @@
+// q38-bench-model: CPU prefill and decode throughput of a checkpoint at several TP sizes, as
+// medians over repeated runs, without a server. Ranks are threads of this process (local group).
+#include <algorithm>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "common/status.h"
+#include "nlohmann/json.hpp"
+#include "worker/model/greedy.h"
+#include "worker/model/local_group.h"
+
+ABSL_FLAG(std::string, model, "", "checkpoint directory");
+ABSL_FLAG(std::string, tp, "1,4", "comma-separated TP sizes");
+ABSL_FLAG(int64_t, prompt_tokens, 128, "prompt length");
+ABSL_FLAG(int64_t, decode_tokens, 64, "tokens to decode after the prompt");
+ABSL_FLAG(int32_t, repeats, 5, "timed repeats per TP size (after one warmup)");
+
+namespace q38 {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+absl::Status Main() {
+  const std::string dir = absl::GetFlag(FLAGS_model);
+  if (dir.empty()) return absl::InvalidArgumentError("--model is required");
+  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<TensorStore> store, TensorStore::Open(dir));
+  const int64_t P = absl::GetFlag(FLAGS_prompt_tokens), D = absl::GetFlag(FLAGS_decode_tokens);
+  const int repeats = absl::GetFlag(FLAGS_repeats);
+  if (P < 1 || D < 2 || repeats < 1) return absl::InvalidArgumentError("need prompt ≥ 1, decode ≥ 2, repeats ≥ 1");
+  std::vector<int32_t> prompt(P);
+  for (int64_t i = 0; i < P; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 13) % config.vocab_size);
+  nlohmann::json report = {{"model", dir}, {"prompt_tokens", P}, {"decode_tokens", D}, {"repeats", repeats}, {"runs", nlohmann::json::array()}};
+  std::cout << "TP  prefill tok/s (median)  decode tok/s (median)  TPOT ms\n";
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_tp), ',')) {
+    int tp;
+    if (!absl::SimpleAtoi(part, &tp)) return absl::InvalidArgumentError("--tp: not a number");
+    std::vector<double> prefill, decode;
+    RETURN_IF_ERROR(RunLocalGroup(config, *store, tp, [&](Model& model) -> absl::Status {
+      SequenceState state = model.NewSequence(P + D);
+      for (int r = 0; r <= repeats; ++r) {  // run 0 is the warmup
+        model.Reset(state);
+        ASSIGN_OR_RETURN(GreedyResult g, GenerateGreedy(model, state, prompt, D, 8192));
+        if (r == 0 || model.comm().rank() != 0) continue;
+        double steps = 0;
+        for (double s : g.step_seconds) steps += s;
+        prefill.push_back(P / g.prefill_seconds);
+        decode.push_back(g.step_seconds.size() / steps);
+      }
+      return absl::OkStatus();
+    }));
+    const double pm = Median(prefill), dm = Median(decode);
+    printf("%-3d %22.1f %22.1f %8.2f\n", tp, pm, dm, 1e3 / dm);
+    report["runs"].push_back({{"tp", tp}, {"prefill_tokens_per_second", prefill}, {"decode_tokens_per_second", decode},
+                              {"prefill_median", pm}, {"decode_median", dm}});
+  }
+  std::cout << report.dump() << "\n";
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace q38
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Measures CPU prefill and decode tok/s: q38-bench-model --model DIR [--tp 1,4]");
+  absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = q38::Main(); !s.ok()) {
+    std::cerr << "q38-bench-model: " << s << "\n";
+    return 1;
+  }
+  return 0;
+}
