@@ -1,0 +1,64 @@
+// The `q38` command line as a library: subcommands run on already-parsed arguments and write to
+// the given streams, so that tests drive them without spawning processes. q38_main.cc only
+// declares the Abseil flags and copies them into CliArgs.
+//
+// Exit codes: 0 success; 1 not serving (health) or manifests differ (manifest --diff); 64 a usage
+// error; otherwise the absl/gRPC status code (1–16) of the failure, e.g. 14 UNAVAILABLE.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "q38/v1/q38.pb.h"
+
+namespace q38::client {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitUsage = 64;
+
+// One field per flag. A flag is "given" when its optional holds a value or its bool is true.
+struct CliArgs {
+  std::optional<std::string> server;
+  std::optional<std::string> tokens;          // "1,2,3"
+  std::optional<std::string> text;
+  std::optional<int> max_tokens;
+  std::optional<float> temperature;
+  std::optional<int> top_k;
+  std::optional<float> top_p;
+  std::optional<uint64_t> seed;
+  bool ignore_eos = false;
+  std::optional<std::string> stop_token_ids;  // "1,2"
+  bool json = false;
+  std::optional<double> timeout_s;
+  bool diff = false;
+  std::optional<std::string> ignore_fields;   // manifest --diff; default "workers.pid"
+  std::optional<int> prompt_len;
+  std::optional<int> vocab;
+  std::optional<int> requests;
+  std::optional<int> warmup;
+};
+
+// `positional` is what follows the program name once flags are removed: the subcommand, then its
+// operands (manifest --diff A.json B.json, bench --json FILE).
+int RunCli(const std::vector<std::string>& positional, const CliArgs& args, std::ostream& out,
+           std::ostream& err);
+
+std::string UsageText();
+
+// Rewrites `--json=FILE` (a value that is not a boolean) into `--json FILE`, so that the boolean
+// --json flag leaves FILE as an operand for bench. argv[0] included.
+std::vector<std::string> NormalizeArgv(std::vector<std::string> argv);
+
+// "1, 2,3" → {1, 2, 3}; `flag` names the flag in errors. Empty text is an empty list.
+absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& text, const std::string& flag);
+
+// The request `q38 generate` sends for `args` (validated here only as far as the command line
+// goes: the server checks the sampling ranges).
+absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest(const CliArgs& args);
+
+}  // namespace q38::client

@@ -1,0 +1,66 @@
+#include "client/format.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace q38::client {
+
+std::string Table::Render() const {
+  std::vector<size_t> widths;
+  for (const auto& row : rows_) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  auto line = [&](const std::vector<std::string>& row) {
+    std::string l;
+    for (size_t i = 0; i < row.size(); ++i) {
+      l += row[i];
+      if (i + 1 < row.size()) l.append(widths[i] - row[i].size() + 2, ' ');
+    }
+    while (!l.empty() && l.back() == ' ') l.pop_back();
+    out += l + "\n";
+  };
+  for (size_t r = 0; r < rows_.size(); ++r) {
+    line(rows_[r]);
+    if (r == 0) {
+      size_t total = 0;
+      for (size_t i = 0; i < widths.size(); ++i) total += widths[i] + (i + 1 < widths.size() ? 2 : 0);
+      out += std::string(total, '-') + "\n";
+    }
+  }
+  return out;
+}
+
+std::string FinishReasonName(v1::FinishReason reason) {
+  std::string name = v1::FinishReason_Name(reason);
+  if (name.empty()) return std::to_string(static_cast<int>(reason));
+  constexpr absl::string_view kPrefix = "FINISH_REASON_";
+  if (absl::StartsWith(name, kPrefix)) name = name.substr(kPrefix.size());
+  return absl::AsciiStrToLower(name);
+}
+
+std::string ProtoJsonString(const google::protobuf::Message& message, bool pretty) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = pretty;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  // Fails only for messages that cannot exist here (Any with unknown types).
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  while (!out.empty() && out.back() == '\n') out.pop_back();  // the pretty form ends with one
+  return out;
+}
+
+nlohmann::json ProtoJson(const google::protobuf::Message& message) {
+  return nlohmann::json::parse(ProtoJsonString(message, false));
+}
+
+std::string DumpJson(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace q38::client

@@ -1,0 +1,35 @@
+// Output helpers shared by the subcommands: aligned text tables, JSON of protos, names.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "google/protobuf/message.h"
+#include "nlohmann/json.hpp"
+#include "q38/v1/q38.pb.h"
+
+namespace q38::client {
+
+// Left-aligned columns separated by two spaces, a header row and a rule under it.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
+  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  std::string Render() const;
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// "length" for FINISH_REASON_LENGTH; "unspecified" for 0.
+std::string FinishReasonName(v1::FinishReason reason);
+
+// The proto3 JSON mapping with the .proto field names and every field printed, defaults included;
+// no trailing newline.
+std::string ProtoJsonString(const google::protobuf::Message& message, bool pretty);
+nlohmann::json ProtoJson(const google::protobuf::Message& message);
+
+// JSON text; invalid UTF-8 in strings is replaced rather than thrown on.
+std::string DumpJson(const nlohmann::json& j, int indent = 2);
+
+}  // namespace q38::client

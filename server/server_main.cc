@@ -1,0 +1,294 @@
+// q38-server: the coordinator. Spawns one q38-worker per rank, checks that they form one build of
+// one model, serves the gRPC API and /metrics, and on SIGTERM, SIGINT or Admin.Shutdown drains and
+// gives everything back. Exit codes: 0 graceful stop, 1 bad flags or model config, 2 workers did
+// not start, 3 workers disagree (ranks, build or model), 4 a worker died and the policy is exit
+// (or restarts ran out).
+#include <signal.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/config.h"
+#include "common/sha256.h"
+#include "glog/logging.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "server/service.h"
+
+ABSL_FLAG(std::string, model, "", "checkpoint directory");
+ABSL_FLAG(int32_t, tp, 1, "tensor-parallel ranks, one worker process each");
+ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
+ABSL_FLAG(std::string, gpus, "", "GPU indices for --device cuda, one per rank (e.g. 0,1,2,3)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address");
+ABSL_FLAG(std::string, metrics, "127.0.0.1:9090", "Prometheus /metrics address; empty to disable");
+ABSL_FLAG(int32_t, queue_size, 16, "requests that may wait while one runs");
+ABSL_FLAG(int32_t, drain_timeout_s, 30, "how long in-flight requests may finish on shutdown");
+ABSL_FLAG(std::string, restart_policy, "exit", "when a worker dies: exit, or restart the group");
+ABSL_FLAG(int32_t, max_restarts, 3, "restarts before giving up (restart policy)");
+ABSL_FLAG(int32_t, startup_timeout_s, 120, "deadline for the workers to load and answer");
+ABSL_FLAG(int32_t, comm_timeout_ms, 10000, "a collective stuck longer than this fails its request");
+ABSL_FLAG(int64_t, max_context, 4096, "longest sequence, prompt plus generated tokens");
+ABSL_FLAG(int64_t, prefill_chunk, 8192, "prefill chunk in tokens");
+ABSL_FLAG(std::string, run_dir, "", "directory for worker sockets and the rendezvous (default: a fresh one in /tmp)");
+ABSL_FLAG(std::string, worker_binary, "", "q38-worker to spawn (default: beside this binary)");
+ABSL_FLAG(std::string, ready_file, "", "once serving, write {grpc_port, metrics_port, pid} here as JSON");
+
+namespace q38 {
+namespace {
+
+enum class Event { kShutdown, kDrain, kWorkerDied };
+
+// Events for the control thread; signal handlers, RPCs and the reaper only post here.
+class Control {
+ public:
+  void Post(Event e, std::string detail = "") {
+    std::lock_guard<std::mutex> l(mu_);
+    events_.push_back({e, std::move(detail)});
+    cv_.notify_all();
+  }
+  std::pair<Event, std::string> Next() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return !events_.empty(); });
+    auto e = events_.front();
+    events_.pop_front();
+    return e;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<Event, std::string>> events_;
+};
+
+// Ranks 0..N-1 exactly once, one build, one model.
+absl::Status CheckGroup(const std::vector<worker::v1::WorkerInfo>& infos, int tp) {
+  std::set<int> ranks;
+  for (const auto& i : infos) {
+    if (i.world() != tp) return absl::FailedPreconditionError(absl::StrCat("rank ", i.rank(), " thinks the group has ", i.world(), " ranks, not ", tp));
+    if (!ranks.insert(i.rank()).second) return absl::FailedPreconditionError(absl::StrCat("rank ", i.rank(), " appears twice"));
+    if (i.build_id() != infos[0].build_id()) {
+      return absl::FailedPreconditionError(absl::StrCat("rank ", i.rank(), " runs build ", i.build_id(), ", rank 0 runs ", infos[0].build_id()));
+    }
+    if (i.model_fingerprint() != infos[0].model_fingerprint()) {
+      return absl::FailedPreconditionError(absl::StrCat("rank ", i.rank(), " loaded a different model"));
+    }
+  }
+  if (static_cast<int>(ranks.size()) != tp || *ranks.rbegin() != tp - 1) {
+    return absl::FailedPreconditionError(absl::StrCat("ranks present: ", ranks.size(), " of ", tp));
+  }
+  return absl::OkStatus();
+}
+
+v1::Manifest MakeManifest(const std::vector<worker::v1::WorkerInfo>& infos, const std::string& model, int tp) {
+  v1::Manifest m;
+  m.set_model(model);
+  m.set_tp(tp);
+  if (!infos.empty()) m.set_build_id(infos[0].build_id());
+  for (const auto& i : infos) {
+    v1::WorkerManifest* w = m.add_workers();
+    w->set_rank(i.rank());
+    w->set_pid(i.pid());
+    w->set_device(i.device());
+    w->set_build_id(i.build_id());
+    w->set_model_fingerprint(i.model_fingerprint());
+    w->set_synthetic(i.synthetic());
+    w->set_communicator(i.communicator());
+    w->set_activation_dtype(i.activation_dtype());
+  }
+  return m;
+}
+
+int Run() {
+  const std::string model = absl::GetFlag(FLAGS_model), policy = absl::GetFlag(FLAGS_restart_policy);
+  const int tp = absl::GetFlag(FLAGS_tp);
+  if (model.empty()) return LOG(ERROR) << "--model is required", 1;
+  if (tp < 1) return LOG(ERROR) << "--tp must be at least 1", 1;
+  if (policy != "exit" && policy != "restart") return LOG(ERROR) << "--restart_policy must be exit or restart", 1;
+  if (absl::GetFlag(FLAGS_device) != "cpu") return LOG(ERROR) << "--device " << absl::GetFlag(FLAGS_device) << ": this build has only the cpu backend", 1;
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(model);
+  if (!config.ok()) return LOG(ERROR) << config.status(), 1;
+  absl::StatusOr<GenerationConfig> gen = LoadGenerationConfig(model);
+  if (!gen.ok()) return LOG(ERROR) << gen.status(), 1;
+
+  // Signals go to one thread that turns them into events.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  Control control;
+  std::thread([&] {
+    for (;;) {
+      int sig = 0;
+      sigwait(&signals, &sig);
+      LOG(INFO) << "signal " << sig << " (" << strsignal(sig) << "): shutting down";
+      control.Post(Event::kShutdown);
+    }
+  }).detach();
+
+  std::string run_dir = absl::GetFlag(FLAGS_run_dir);
+  if (run_dir.empty()) {
+    run_dir = "/tmp/q38-run-XXXXXX";
+    if (mkdtemp(run_dir.data()) == nullptr) return LOG(ERROR) << "cannot create a run directory", 1;
+  }
+  std::filesystem::create_directories(run_dir);
+  std::string worker = absl::GetFlag(FLAGS_worker_binary);
+  if (worker.empty()) {
+    worker = (std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path() / "worker" / "q38-worker").string();
+    if (!std::filesystem::exists(worker)) {
+      worker = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "q38-worker").string();
+    }
+  }
+  const int64_t max_context = std::min<int64_t>(absl::GetFlag(FLAGS_max_context), config->max_position_embeddings);
+
+  int metrics_port = 0;
+  BuildInfo build{"0.1", "", Sha256File("/proc/self/exe").value_or(""), __VERSION__, "cpu", tp};
+  Metrics metrics(build);
+  metrics.SetServerState("starting");
+  if (!absl::GetFlag(FLAGS_metrics).empty()) {
+    absl::StatusOr<int> port = metrics.Serve(absl::GetFlag(FLAGS_metrics));
+    if (!port.ok()) return LOG(ERROR) << port.status(), 1;
+    metrics_port = *port;
+    LOG(INFO) << "metrics on " << absl::GetFlag(FLAGS_metrics) << " (port " << *port << ")";
+  }
+  for (int r = 0; r < tp; ++r) metrics.SetWorkerState(r, "starting");
+
+  Supervisor supervisor({worker, model, "cpu", run_dir, tp, max_context, absl::GetFlag(FLAGS_comm_timeout_ms)},
+                        [&](int rank, const std::string& how) {
+                          control.Post(Event::kWorkerDied, absl::StrCat("rank ", rank, " ", how));
+                        });
+  auto start_group = [&]() -> int {
+    metrics.SetServerState("loading");
+    LOG(INFO) << "starting " << tp << " worker(s) of " << worker;
+    if (absl::Status s = supervisor.Start(absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s))); !s.ok()) {
+      LOG(ERROR) << "workers did not start: " << s;
+      return 2;
+    }
+    if (absl::Status s = CheckGroup(supervisor.infos(), tp); !s.ok()) {
+      LOG(ERROR) << "refusing to serve: " << s;
+      return 3;
+    }
+    for (int r = 0; r < tp; ++r) metrics.SetWorkerState(r, "ready");
+    return 0;
+  };
+  if (int code = start_group(); code != 0) {
+    supervisor.KillAll();
+    return code;
+  }
+
+  ServiceInfo info;
+  info.limits = {config->vocab_size, max_context};
+  info.eos_ids.assign(gen->eos_token_ids.begin(), gen->eos_token_ids.end());
+  info.info.set_version("0.1");
+  info.info.set_model_type(config->model_type);
+  info.info.set_vocab_size(static_cast<int32_t>(config->vocab_size));
+  info.info.set_max_context(static_cast<int32_t>(max_context));
+  info.info.set_tp(tp);
+  info.info.set_device("cpu");
+  for (int64_t id : gen->eos_token_ids) info.info.add_eos_token_ids(static_cast<int32_t>(id));
+  info.manifest = MakeManifest(supervisor.infos(), model, tp);
+
+  Scheduler scheduler(supervisor, metrics, absl::GetFlag(FLAGS_queue_size), absl::GetFlag(FLAGS_prefill_chunk));
+  Q38Service api(scheduler, metrics, info);
+  AdminService admin([&] { control.Post(Event::kDrain); }, [&] { control.Post(Event::kShutdown); }, scheduler);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&api);
+  builder.RegisterService(&admin);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen);
+    supervisor.Stop(absl::Seconds(5));
+    return 1;
+  }
+  auto* health = server->GetHealthCheckService();
+  auto set_serving = [&](bool up, const std::string& state) {
+    health->SetServingStatus("q38.v1.Q38", up);
+    scheduler.SetAvailable(up);
+    api.SetState(state);
+    metrics.SetServerState(state);
+  };
+  set_serving(true, "ready");
+  LOG(INFO) << "serving on port " << port << " (" << absl::GetFlag(FLAGS_listen) << "), TP " << tp;
+  if (const std::string ready = absl::GetFlag(FLAGS_ready_file); !ready.empty()) {
+    const std::string tmp = ready + ".tmp";
+    std::ofstream(tmp) << absl::StrCat("{\"grpc_port\": ", port, ", \"metrics_port\": ", metrics_port, ", \"pid\": ", getpid(), "}\n");
+    std::filesystem::rename(tmp, ready);
+  }
+
+  int exit_code = 0, restarts = 0;
+  for (bool stop = false; !stop;) {
+    auto [event, detail] = control.Next();
+    switch (event) {
+      case Event::kDrain:
+        LOG(INFO) << "draining: no new requests";
+        set_serving(false, "draining");
+        scheduler.Drain(Clock::now());
+        break;
+      case Event::kWorkerDied: {
+        LOG(ERROR) << "worker failure: " << detail;
+        set_serving(false, "loading");
+        scheduler.FailRunning(detail);
+        supervisor.KillAll();
+        for (int r = 0; r < tp; ++r) metrics.SetWorkerState(r, "dead");
+        if (policy == "restart" && restarts < absl::GetFlag(FLAGS_max_restarts)) {
+          const int backoff_ms = 500 << restarts++;
+          LOG(INFO) << "restarting the group in " << backoff_ms << " ms (restart " << restarts << ")";
+          std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+          if (start_group() == 0) {
+            set_serving(true, "ready");
+            break;
+          }
+        }
+        LOG(ERROR) << "giving up after a worker failure";
+        exit_code = 4;
+        stop = true;
+        break;
+      }
+      case Event::kShutdown:
+        stop = true;
+        break;
+    }
+  }
+
+  // Graceful stop: refuse new work, let in-flight requests finish until the deadline, cancel the
+  // rest, stop the workers (killing stragglers), then the server.
+  set_serving(false, "stopping");
+  const auto deadline = Clock::now() + std::chrono::seconds(absl::GetFlag(FLAGS_drain_timeout_s));
+  if (!scheduler.Drain(deadline)) {
+    LOG(WARNING) << "drain deadline passed; cancelling what remains";
+    scheduler.CancelAll("drain");
+    scheduler.Drain(Clock::now() + std::chrono::seconds(5));
+  }
+  supervisor.Stop(absl::Seconds(5));
+  for (int r = 0; r < tp; ++r) metrics.SetWorkerState(r, "stopped");
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  scheduler.Stop();
+  std::filesystem::remove_all(run_dir);
+  LOG(INFO) << "stopped (exit code " << exit_code << ")";
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace q38
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("The q38 coordinator: q38-server --model DIR [--tp N] [--listen ADDR]");
+  absl::ParseCommandLine(argc, argv);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  return q38::Run();
+}

@@ -1,0 +1,168 @@
+#include "server/service.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace q38 {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+v1::FinishReason ToProto(const std::string& reason) {
+  if (reason == "eos") return v1::FINISH_REASON_EOS;
+  if (reason == "length") return v1::FINISH_REASON_LENGTH;
+  if (reason == "stop") return v1::FINISH_REASON_STOP;
+  if (reason == "cancelled") return v1::FINISH_REASON_CANCELLED;
+  if (reason == "deadline") return v1::FINISH_REASON_DEADLINE;
+  return v1::FINISH_REASON_ERROR;
+}
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+}  // namespace
+
+bool IsLocalPeer(const std::string& peer) {
+  return absl::StartsWith(peer, "unix:") || absl::StartsWith(peer, "ipv4:127.") || absl::StartsWith(peer, "ipv6:[::1]");
+}
+
+void Q38Service::SetState(const std::string& state) {
+  std::lock_guard<std::mutex> l(mu_);
+  info_.info.set_state(state);
+}
+
+grpc::Status Q38Service::GetInfo(grpc::ServerContext*, const v1::GetInfoRequest*, v1::Info* out) {
+  std::lock_guard<std::mutex> l(mu_);
+  *out = info_.info;
+  return grpc::Status::OK;
+}
+
+grpc::Status Q38Service::GetManifest(grpc::ServerContext*, const v1::GetManifestRequest*, v1::Manifest* out) {
+  *out = info_.manifest;
+  return grpc::Status::OK;
+}
+
+grpc::Status Q38Service::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
+                                  grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  const Clock::time_point received = Clock::now();
+  metrics_.RequestReceived();
+  auto reject = [&](const absl::Status& s, const std::string& reason) {
+    metrics_.Rejected(reason);
+    return ToGrpc(s);
+  };
+  if (absl::Status s = ValidateGenerate(*req, info_.limits); !s.ok()) return reject(s, "invalid_argument");
+  if (req->input_case() != v1::GenerateRequest::kTokens) {
+    return reject(absl::FailedPreconditionError("input: this model has no tokenizer; send tokens"), "no_tokenizer");
+  }
+  if (req->stop_size() > 0) {
+    return reject(absl::FailedPreconditionError("stop: stop strings need a tokenizer; use stop_token_ids"), "no_tokenizer");
+  }
+  auto job = std::make_shared<Job>();
+  job->id = next_id_++;
+  job->prompt.assign(req->tokens().ids().begin(), req->tokens().ids().end());
+  if (absl::Status s = ValidatePrompt(job->prompt, req->max_tokens(), info_.limits); !s.ok()) {
+    return reject(s, "invalid_argument");
+  }
+  const auto& sp = req->sampling();
+  job->sampling.set_temperature(sp.has_temperature() ? sp.temperature() : 0.0f);
+  job->sampling.set_top_k(sp.has_top_k() ? sp.top_k() : 0);
+  job->sampling.set_top_p(sp.has_top_p() ? sp.top_p() : 1.0f);
+  job->sampling.set_seed(sp.has_seed() ? sp.seed() : job->id);
+  job->max_tokens = req->max_tokens();
+  job->eos_ids.insert(info_.eos_ids.begin(), info_.eos_ids.end());
+  if (!req->ignore_eos()) job->stop_ids = job->eos_ids;
+  job->stop_ids.insert(req->stop_token_ids().begin(), req->stop_token_ids().end());
+  job->received = received;
+  if (absl::Status s = scheduler_.Submit(job); !s.ok()) {
+    return reject(s, absl::IsResourceExhausted(s) ? "queue_full" : "unavailable");
+  }
+  metrics_.AddPromptTokens(static_cast<int64_t>(job->prompt.size()));
+  const bool has_deadline = ctx->deadline() != std::chrono::system_clock::time_point::max();
+
+  // Relay tokens until the job finishes; a client cancel or deadline stops it within one step.
+  Clock::time_point last = received;
+  int32_t sent = 0;
+  for (;;) {
+    std::vector<int32_t> batch;
+    bool done;
+    {
+      std::unique_lock<std::mutex> l(job->mu);
+      job->cv.wait_for(l, std::chrono::milliseconds(20), [&] { return job->done || !job->tokens.empty(); });
+      batch.assign(job->tokens.begin(), job->tokens.end());
+      job->tokens.clear();
+      done = job->done;
+    }
+    if (!batch.empty()) {
+      const Clock::time_point now = Clock::now();
+      for (size_t i = 0; i < batch.size(); ++i) {
+        if (sent == 0) metrics_.ObserveTtft(Seconds(received, now));
+        else metrics_.ObserveInterToken(Seconds(last, now));
+        ++sent;
+      }
+      last = now;
+      metrics_.AddGenerationTokens(static_cast<int64_t>(batch.size()));
+      v1::GenerateResponse resp;
+      resp.mutable_token_ids()->Add(batch.begin(), batch.end());
+      if (!writer->Write(resp)) scheduler_.Cancel(job, "client");
+    }
+    if (done) break;
+    if (ctx->IsCancelled()) {
+      scheduler_.Cancel(job, has_deadline && std::chrono::system_clock::now() >= ctx->deadline() ? "deadline" : "client");
+    }
+  }
+  // The last message: finish reason, usage and timings.
+  std::lock_guard<std::mutex> l(job->mu);
+  std::string reason = job->finish_reason;
+  if (reason == "cancelled" && job->cancel_by == "deadline") reason = "deadline";
+  if (reason == "error") {
+    metrics_.Failed(absl::IsUnavailable(job->error) ? "worker_unavailable" : "internal");
+    return ToGrpc(job->error);
+  }
+  v1::GenerateResponse final_msg;
+  final_msg.set_finish_reason(ToProto(reason));
+  final_msg.mutable_usage()->set_prompt_tokens(static_cast<int32_t>(job->prompt.size()));
+  final_msg.mutable_usage()->set_completion_tokens(job->generated);
+  v1::Timings* t = final_msg.mutable_timings();
+  const bool any = job->generated > 0;
+  t->set_queue(Seconds(job->received, job->scheduled));
+  t->set_prefill(any ? Seconds(job->scheduled, job->first_token) : 0);
+  t->set_ttft(any ? Seconds(job->received, job->first_token) : 0);
+  t->set_decode(any ? Seconds(job->first_token, job->last_token) : 0);
+  t->set_tpot(job->generated > 1 ? t->decode() / (job->generated - 1) : 0);
+  t->set_e2e(Seconds(job->received, job->finished));
+  metrics_.ObserveQueue(t->queue());
+  metrics_.ObserveE2e(t->e2e());
+  if (any) {
+    metrics_.ObservePrefill(t->prefill());
+    metrics_.ObserveDecode(t->decode());
+    if (job->generated > 1) metrics_.ObserveTpot(t->tpot());
+  }
+  if (reason == "cancelled" || reason == "deadline") {
+    metrics_.Cancelled(reason == "deadline" ? "deadline" : job->cancel_by);
+    if (job->cancel_by == "drain") return grpc::Status(grpc::StatusCode::CANCELLED, "server shutting down: drain deadline passed");
+    if (reason == "deadline") return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded");
+    return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+  }
+  metrics_.Finished(reason);
+  writer->Write(final_msg);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::Drain(grpc::ServerContext* ctx, const v1::DrainRequest*, v1::DrainResponse* out) {
+  if (!IsLocalPeer(ctx->peer())) return {grpc::StatusCode::PERMISSION_DENIED, "admin calls only from loopback"};
+  drain_();
+  out->set_in_flight(scheduler_.running());
+  out->set_waiting(scheduler_.waiting());
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::Shutdown(grpc::ServerContext* ctx, const v1::ShutdownRequest*, v1::ShutdownResponse*) {
+  if (!IsLocalPeer(ctx->peer())) return {grpc::StatusCode::PERMISSION_DENIED, "admin calls only from loopback"};
+  LOG(INFO) << "Shutdown requested by " << ctx->peer();
+  shutdown_();
+  return grpc::Status::OK;
+}
+
+}  // namespace q38

@@ -1,0 +1,193 @@
+#include "server/supervisor.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "grpcpp/grpcpp.h"
+
+namespace q38 {
+namespace {
+
+std::string DescribeExit(int status) {
+  if (WIFSIGNALED(status)) return absl::StrCat("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
+  return absl::StrCat("exited with code ", WEXITSTATUS(status));
+}
+
+}  // namespace
+
+Supervisor::Supervisor(SupervisorOptions options, DeathCallback on_death)
+    : options_(std::move(options)), on_death_(std::move(on_death)) {}
+
+Supervisor::~Supervisor() { KillAll(); }
+
+std::vector<pid_t> Supervisor::pids() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return pids_;
+}
+
+absl::Status Supervisor::Spawn(int rank, const std::string& rendezvous) {
+  int pipefd[2];
+  if (pipe_write_ < 0) {
+    if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError("pipe: " + std::string(strerror(errno)));
+    pipe_write_ = pipefd[1];
+    pipe_read_ = pipefd[0];
+  }
+  const std::string socket = absl::StrCat(options_.run_dir, "/rank", rank, ".sock");
+  std::filesystem::remove(socket);
+  std::vector<std::string> args = {
+      options_.worker_binary,
+      absl::StrCat("--rank=", rank),
+      absl::StrCat("--world=", options_.tp),
+      "--model=" + options_.model,
+      "--device=" + options_.device,
+      "--socket=" + socket,
+      "--rendezvous=" + rendezvous,
+      absl::StrCat("--group=g", generation_),
+      absl::StrCat("--comm_timeout_ms=", options_.comm_timeout_ms),
+      absl::StrCat("--max_context=", options_.max_context),
+      absl::StrCat("--parent_pid=", getpid()),
+      absl::StrCat("--parent_pipe_fd=", pipe_read_),
+  };
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork: " + std::string(strerror(errno)));
+  if (pid == 0) {
+    // Only async-signal-safe calls between fork and exec.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(4);
+    fcntl(pipe_read_, F_SETFD, 0);  // the read end survives exec; the write end does not
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  pids_[rank] = pid;
+  return absl::OkStatus();
+}
+
+absl::Status Supervisor::Start(absl::Duration deadline) {
+  KillAll();
+  ++generation_;
+  const std::string rendezvous = absl::StrCat(options_.run_dir, "/rendezvous-", generation_);
+  std::filesystem::create_directories(rendezvous);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    pids_.assign(options_.tp, 0);
+    stopping_ = false;
+  }
+  for (int r = 0; r < options_.tp; ++r) {
+    if (absl::Status s = Spawn(r, rendezvous); !s.ok()) return s;
+  }
+  reaper_ = std::thread([this] { Reap(); });
+  stubs_.clear();
+  infos_.assign(options_.tp, {});
+  const absl::Time until = absl::Now() + deadline;
+  for (int r = 0; r < options_.tp; ++r) {
+    const std::string socket = absl::StrCat("unix:", options_.run_dir, "/rank", r, ".sock");
+    // Workers appear within seconds: retry connecting quickly rather than with gRPC's default backoff.
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+    auto channel = grpc::CreateCustomChannel(socket, grpc::InsecureChannelCredentials(), args);
+    stubs_.push_back(worker::v1::Worker::NewStub(channel));
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (pids_[r] == 0) return absl::UnavailableError(absl::StrCat("rank ", r, " exited during startup"));
+      }
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+      worker::v1::GetInfoRequest req;
+      grpc::Status s = stubs_[r]->GetInfo(&ctx, req, &infos_[r]);
+      if (s.ok()) break;
+      if (absl::Now() > until) {
+        return absl::DeadlineExceededError(absl::StrCat("rank ", r, " did not become ready within ", absl::FormatDuration(deadline)));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    LOG(INFO) << "rank " << r << " ready: pid " << infos_[r].pid() << ", " << infos_[r].communicator();
+  }
+  return absl::OkStatus();
+}
+
+void Supervisor::Reap() {
+  for (;;) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      return;  // no children left
+    }
+    int rank = -1;
+    bool expected;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (size_t r = 0; r < pids_.size(); ++r) {
+        if (pids_[r] == pid) {
+          rank = static_cast<int>(r);
+          pids_[r] = 0;
+        }
+      }
+      expected = stopping_;
+    }
+    if (rank < 0) continue;
+    const std::string how = DescribeExit(status);
+    if (expected) {
+      LOG(INFO) << "rank " << rank << " (pid " << pid << ") " << how;
+    } else {
+      LOG(ERROR) << "rank " << rank << " (pid " << pid << ") " << how;
+      on_death_(rank, how);
+    }
+  }
+}
+
+void Supervisor::Stop(absl::Duration grace) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+  }
+  for (size_t r = 0; r < stubs_.size(); ++r) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    worker::v1::ShutdownResponse resp;
+    stubs_[r]->Shutdown(&ctx, {}, &resp);
+  }
+  const absl::Time until = absl::Now() + grace;
+  while (absl::Now() < until) {
+    bool any = false;
+    for (pid_t p : pids()) any |= p != 0;
+    if (!any) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (size_t r = 0; r < pids().size(); ++r) {
+    if (pids()[r] != 0) LOG(WARNING) << "rank " << r << " did not exit within " << absl::FormatDuration(grace) << "; killing it";
+  }
+  KillAll();
+}
+
+void Supervisor::KillAll() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+    for (pid_t p : pids_) {
+      if (p != 0) kill(p, SIGKILL);
+    }
+  }
+  if (reaper_.joinable()) reaper_.join();  // returns once every child is reaped
+}
+
+}  // namespace q38

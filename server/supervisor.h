@@ -1,0 +1,67 @@
+// Spawns the rank workers (fork + exec, nothing else between), hands each its rank, socket and
+// the communicator rendezvous, waits for them to serve, and watches them: a worker that dies is
+// reported at once with its rank and exit code or signal (DESIGN.md §1).
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "q38/worker/v1/worker.grpc.pb.h"
+
+namespace q38 {
+
+struct SupervisorOptions {
+  std::string worker_binary;
+  std::string model;
+  std::string device = "cpu";
+  std::string run_dir;  // sockets and the rendezvous live here
+  int tp = 1;
+  int64_t max_context = 4096;
+  int comm_timeout_ms = 10000;
+};
+
+class Supervisor {
+ public:
+  using DeathCallback = std::function<void(int rank, const std::string& how)>;
+  Supervisor(SupervisorOptions options, DeathCallback on_death);
+  ~Supervisor();
+
+  // Spawns a fresh group and waits until every rank answers GetInfo, or the deadline passes.
+  absl::Status Start(absl::Duration deadline);
+  // Asks every rank to shut down, waits up to `grace`, then SIGKILLs the rest; reaps all.
+  void Stop(absl::Duration grace);
+  // SIGKILLs every rank and reaps them (a broken group cannot be trusted to stop itself).
+  void KillAll();
+
+  const std::vector<worker::v1::WorkerInfo>& infos() const { return infos_; }
+  worker::v1::Worker::Stub& stub(int rank) { return *stubs_[rank]; }
+  int tp() const { return options_.tp; }
+  std::vector<pid_t> pids() const;
+  int generation() const { return generation_; }
+
+ private:
+  absl::Status Spawn(int rank, const std::string& rendezvous);
+  void Reap();
+
+  SupervisorOptions options_;
+  DeathCallback on_death_;
+  int generation_ = 0;
+  mutable std::mutex mu_;
+  std::vector<pid_t> pids_;  // 0 once reaped
+  bool stopping_ = false;
+  int pipe_read_ = -1;   // inherited by every worker
+  int pipe_write_ = -1;  // held open here only: a worker seeing EOF knows this process is gone
+  std::vector<std::unique_ptr<worker::v1::Worker::Stub>> stubs_;
+  std::vector<worker::v1::WorkerInfo> infos_;
+  std::thread reaper_;
+};
+
+}  // namespace q38

@@ -1,0 +1,72 @@
+#include "worker/engine/engine.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace q38 {
+namespace {
+
+// What rank 0 tells every rank after each step.
+enum class Step : int32_t { kContinue = 0, kFinished = 1, kCancelled = 2 };
+struct Decision {
+  int32_t token;
+  Step step;
+  uint64_t request_id;
+};
+
+}  // namespace
+
+Engine::Engine(Model& model, int64_t max_context, int64_t valid_vocab)
+    : model_(model), max_context_(max_context), valid_vocab_(valid_vocab), state_(model.NewSequence(max_context)) {}
+
+absl::StatusOr<RunResult> Engine::Run(const RunSpec& spec, const std::function<void(int32_t)>& emit,
+                                      const std::function<bool()>& cancelled) {
+  Communicator& comm = model_.comm();
+  const bool leader = comm.rank() == 0;
+  const int64_t total = static_cast<int64_t>(spec.prompt.size()) + spec.max_tokens;
+  if (spec.prompt.empty() || spec.max_tokens < 1 || total > max_context_) {
+    return absl::InvalidArgumentError(absl::StrCat("run: prompt of ", spec.prompt.size(), " tokens plus ",
+                                                   spec.max_tokens, " new ones does not fit the context of ",
+                                                   max_context_));
+  }
+  // Ranks agree on the request before touching their caches.
+  Decision d{0, Step::kContinue, spec.request_id};
+  RETURN_IF_ERROR(comm.Broadcast(&d, sizeof(d), 0));
+  if (d.request_id != spec.request_id) {
+    return absl::InternalError(absl::StrCat("run: rank ", comm.rank(), " got request ", spec.request_id,
+                                            " while rank 0 runs ", d.request_id));
+  }
+  model_.Reset(state_);
+  RunResult result;
+  const auto start = std::chrono::steady_clock::now();
+  Buffer local;
+  for (size_t begin = 0; begin < spec.prompt.size(); begin += spec.prefill_chunk) {
+    const size_t end = std::min(spec.prompt.size(), begin + static_cast<size_t>(spec.prefill_chunk));
+    ASSIGN_OR_RETURN(local, model_.Forward({spec.prompt.begin() + begin, spec.prompt.begin() + end}, state_));
+  }
+  result.prefill_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (uint64_t step = 0;; ++step) {
+    ASSIGN_OR_RETURN(std::vector<float> logits, model_.GatherLogits(local));
+    if (leader) {
+      d.token = SampleToken(logits.data(), static_cast<int64_t>(logits.size()), valid_vocab_, spec.sampling, step);
+      const bool last = spec.stop_ids.count(d.token) || static_cast<int32_t>(step) + 1 >= spec.max_tokens;
+      d.step = cancelled() ? Step::kCancelled : (last ? Step::kFinished : Step::kContinue);
+    }
+    RETURN_IF_ERROR(comm.Broadcast(&d, sizeof(d), 0));
+    if (d.step == Step::kCancelled) {
+      result.finish_reason = "cancelled";
+      return result;
+    }
+    if (leader) emit(d.token);
+    ++result.generated;
+    if (d.step == Step::kFinished) {
+      result.finish_reason = spec.eos_ids.count(d.token) ? "eos" : spec.stop_ids.count(d.token) ? "stop" : "length";
+      return result;
+    }
+    ASSIGN_OR_RETURN(local, model_.Forward({d.token}, state_));
+  }
+}
+
+}  // namespace q38

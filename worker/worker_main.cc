@@ -1,0 +1,225 @@
+// q38-worker: one rank. Joins the group's communicator, loads its weight shard, and serves the
+// worker protocol on a Unix socket until the coordinator says Shutdown or goes away.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "common/sha256.h"
+#include "common/status.h"
+#include "glog/logging.h"
+#include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
+#include "q38/worker/v1/worker.grpc.pb.h"
+#include "worker/engine/engine.h"
+
+ABSL_FLAG(int32_t, rank, 0, "this worker's rank");
+ABSL_FLAG(int32_t, world, 1, "ranks in the group");
+ABSL_FLAG(std::string, model, "", "checkpoint directory");
+ABSL_FLAG(std::string, device, "cpu", "cpu (cuda comes with the CUDA backend)");
+ABSL_FLAG(std::string, socket, "", "Unix socket to serve the worker protocol on");
+ABSL_FLAG(std::string, rendezvous, "", "directory of the communicator's file store");
+ABSL_FLAG(std::string, group, "q38", "prefix that keeps this group's rendezvous apart");
+ABSL_FLAG(int32_t, comm_timeout_ms, 10000, "a collective stuck longer than this fails");
+ABSL_FLAG(int64_t, max_context, 4096, "the longest sequence (prompt + generated) this worker holds");
+ABSL_FLAG(int32_t, parent_pipe_fd, -1, "read end of a pipe whose writer is the coordinator; EOF means it died");
+ABSL_FLAG(int32_t, parent_pid, 0, "the coordinator's pid");
+
+namespace q38 {
+namespace {
+
+namespace wv1 = q38::worker::v1;
+
+// Exits when the coordinator is gone: the kernel's parent-death signal covers a normal parent,
+// EOF on the inherited pipe covers everything else (the pipe's writer lives only in the parent).
+void DieWithParent() {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  const int pid = absl::GetFlag(FLAGS_parent_pid);
+  if (pid != 0 && getppid() != pid) _exit(4);
+  const int fd = absl::GetFlag(FLAGS_parent_pipe_fd);
+  if (fd < 0) return;
+  std::thread([fd] {
+    char c;
+    while (read(fd, &c, 1) != 0) {
+    }
+    LOG(ERROR) << "coordinator gone; exiting";
+    _exit(4);
+  }).detach();
+}
+
+absl::StatusOr<std::string> ModelFingerprint(const std::string& dir, const TensorStore& store, bool& synthetic) {
+  ASSIGN_OR_RETURN(std::string config, ReadFile(dir + "/config.json"));
+  synthetic = nlohmann::json::parse(config, nullptr, false).contains("q38_synthetic");
+  std::string all = config;
+  for (const auto& f : store.files()) all += f->header();
+  return Sha256Hex(all);
+}
+
+class WorkerService final : public wv1::Worker::Service {
+ public:
+  WorkerService(Engine& engine, wv1::WorkerInfo info) : engine_(engine), info_(std::move(info)) {}
+
+  grpc::Status GetInfo(grpc::ServerContext*, const wv1::GetInfoRequest*, wv1::WorkerInfo* out) override {
+    *out = info_;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Run(grpc::ServerContext* ctx, const wv1::RunRequest* req, grpc::ServerWriter<wv1::RunEvent>* writer) override {
+    std::unique_lock<std::mutex> busy(run_mu_, std::try_to_lock);
+    if (!busy.owns_lock()) return {grpc::StatusCode::FAILED_PRECONDITION, "worker: a request is already running"};
+    RunSpec spec;
+    spec.request_id = req->request_id();
+    spec.prompt.assign(req->prompt().begin(), req->prompt().end());
+    spec.sampling = {req->sampling().temperature(), req->sampling().top_k(), req->sampling().top_p(), req->sampling().seed()};
+    spec.max_tokens = req->max_tokens();
+    spec.stop_ids.insert(req->stop_token_ids().begin(), req->stop_token_ids().end());
+    spec.eos_ids.insert(req->eos_token_ids().begin(), req->eos_token_ids().end());
+    if (req->prefill_chunk() > 0) spec.prefill_chunk = req->prefill_chunk();
+    if (absl::Status s = ValidateSampling(spec.sampling); !s.ok()) {
+      return {grpc::StatusCode::INVALID_ARGUMENT, std::string(s.message())};
+    }
+    current_.store(spec.request_id);
+    cancel_.store(false);
+    auto emit = [&](int32_t token) {
+      wv1::RunEvent ev;
+      ev.add_token_ids(token);
+      writer->Write(ev);
+    };
+    auto cancelled = [&] { return cancel_.load() || ctx->IsCancelled(); };
+    absl::StatusOr<RunResult> r = engine_.Run(spec, emit, cancelled);
+    current_.store(0);
+    if (!r.ok()) {
+      LOG(ERROR) << "rank " << info_.rank() << ": request " << spec.request_id << " failed: " << r.status();
+      // A broken collective leaves the communicator unusable: report, then leave.
+      if (absl::IsUnavailable(r.status()) || absl::IsDeadlineExceeded(r.status()) || absl::IsInternal(r.status())) {
+        std::thread([] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          _exit(3);
+        }).detach();
+        return {grpc::StatusCode::UNAVAILABLE, std::string(r.status().message())};
+      }
+      return {grpc::StatusCode::INVALID_ARGUMENT, std::string(r.status().message())};
+    }
+    wv1::RunEvent done;
+    done.set_done(true);
+    done.set_finish_reason(r->finish_reason);
+    done.set_prefill_seconds(r->prefill_seconds);
+    writer->Write(done);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Cancel(grpc::ServerContext*, const wv1::CancelRequest* req, wv1::CancelResponse*) override {
+    if (req->request_id() != 0 && req->request_id() == current_.load()) cancel_.store(true);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Shutdown(grpc::ServerContext*, const wv1::ShutdownRequest*, wv1::ShutdownResponse*) override {
+    RequestStop();
+    return grpc::Status::OK;
+  }
+
+  void RequestStop() {
+    std::lock_guard<std::mutex> l(stop_mu_);
+    stop_ = true;
+    stop_cv_.notify_all();
+  }
+  void WaitForStop() {
+    std::unique_lock<std::mutex> l(stop_mu_);
+    stop_cv_.wait(l, [&] { return stop_; });
+  }
+
+ private:
+  Engine& engine_;
+  wv1::WorkerInfo info_;
+  std::mutex run_mu_;
+  std::atomic<uint64_t> current_{0};
+  std::atomic<bool> cancel_{false};
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+};
+
+absl::Status Main() {
+  DieWithParent();
+  const int rank = absl::GetFlag(FLAGS_rank), world = absl::GetFlag(FLAGS_world);
+  const std::string dir = absl::GetFlag(FLAGS_model), socket = absl::GetFlag(FLAGS_socket);
+  if (dir.empty() || socket.empty()) return absl::InvalidArgumentError("--model and --socket are required");
+  if (absl::GetFlag(FLAGS_device) != "cpu") {
+    return absl::UnimplementedError(absl::StrCat("--device ", absl::GetFlag(FLAGS_device), ": this build has only the cpu backend"));
+  }
+  // SIGTERM and SIGINT end the worker through the same path as Shutdown.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<TensorStore> store, TensorStore::Open(dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                   ConnectGloo({.rank = rank, .size = world, .store_dir = absl::GetFlag(FLAGS_rendezvous),
+                                .prefix = absl::GetFlag(FLAGS_group), .timeout_ms = absl::GetFlag(FLAGS_comm_timeout_ms)}));
+  LOG(INFO) << "rank " << rank << "/" << world << ": communicator " << comm->version() << " ready; loading " << dir;
+  std::unique_ptr<Backend> backend = MakeCpuBackend();
+  ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(config, *store, *backend, {rank, world}));
+  Model model(config, std::move(weights), *backend, *comm);
+  const int64_t max_context = std::min<int64_t>(absl::GetFlag(FLAGS_max_context), config.max_position_embeddings);
+  Engine engine(model, max_context, config.vocab_size);
+
+  wv1::WorkerInfo info;
+  info.set_rank(rank);
+  info.set_world(world);
+  info.set_pid(getpid());
+  info.set_device("cpu");
+  ASSIGN_OR_RETURN(std::string build_id, Sha256File("/proc/self/exe"));
+  info.set_build_id(build_id);
+  bool synthetic = false;
+  ASSIGN_OR_RETURN(std::string fingerprint, ModelFingerprint(dir, *store, synthetic));
+  info.set_model_fingerprint(fingerprint);
+  info.set_synthetic(synthetic);
+  info.set_communicator(comm->version());
+  info.set_activation_dtype(std::string(DTypeName(backend->act_dtype())));
+  info.set_max_context(max_context);
+  info.set_vocab_size(static_cast<int32_t>(config.vocab_size));
+
+  WorkerService service(engine, info);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) return absl::UnavailableError(absl::StrCat("cannot serve on unix:", socket));
+  LOG(INFO) << "rank " << rank << ": serving on unix:" << socket;
+  std::thread([&service, signals] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    LOG(INFO) << "signal " << sig << "; stopping";
+    service.RequestStop();
+  }).detach();
+  service.WaitForStop();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  LOG(INFO) << "rank " << rank << ": stopped";
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace q38
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  if (absl::Status s = q38::Main(); !s.ok()) {
+    LOG(ERROR) << "q38-worker: " << s;
+    return 1;
+  }
+  return 0;
+}
