@@ -1,20 +1,45 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: installs and builds, writes the tiny checkpoint, generates
-# greedily at TP1 and TP4 (ranks as threads), and measures CPU prefill and decode throughput.
-# Everything it writes goes under out/.
+# The main job on the embedded default: installs and builds, writes the tiny checkpoint, starts
+# q38-server with four CPU worker processes, checks health, streams a generation, runs the client
+# benchmark, and shuts the server down gracefully. Everything it writes goes under out/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-deps.sh
 build=${Q38_BUILD_DIR:-build}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build "$build" -j "$(nproc)" --target q38-make-checkpoint q38-run q38-bench-model
-mkdir -p out
-"$build/worker/model/q38-make-checkpoint" --out out/tiny --seed 1
-prompt=1000,17,99,512,3,77,250,901,42,7,640,11
-for tp in 1 4; do
-  echo "== greedy generation, TP$tp"
-  "$build/worker/model/q38-run" --model out/tiny --prompt "$prompt" --max_tokens 16 --tp "$tp"
+cmake --build "$build" -j "$(nproc)" --target q38-make-checkpoint q38-server q38-worker q38
+out=$PWD/out
+mkdir -p "$out"
+rm -f "$out/ready.json"
+"$build/worker/model/q38-make-checkpoint" --out "$out/tiny" --seed 1
+
+echo "== starting q38-server (TP4, CPU workers); log: $out/server.log"
+"$build/server/q38-server" --model "$out/tiny" --tp 4 --listen 127.0.0.1:0 --metrics 127.0.0.1:0 \
+  --ready_file "$out/ready.json" > "$out/server.log" 2>&1 &
+server_pid=$!
+trap 'kill -KILL $server_pid 2>/dev/null || true' EXIT
+for _ in $(seq 1 600); do
+  [ -f "$out/ready.json" ] && break
+  kill -0 $server_pid 2>/dev/null || { echo "q38-server exited during startup:"; tail -20 "$out/server.log"; exit 1; }
+  sleep 0.1
 done
-echo "== CPU throughput (medians of 5 runs)"
-"$build/worker/model/q38-bench-model" --model out/tiny --tp 1,4 --repeats 5 | tee out/bench-cpu.txt
-echo "checkpoint: out/tiny   benchmark: out/bench-cpu.txt"
+port=$(sed -n 's/.*"grpc_port": \([0-9]*\).*/\1/p' "$out/ready.json")
+metrics_port=$(sed -n 's/.*"metrics_port": \([0-9]*\).*/\1/p' "$out/ready.json")
+q38="$build/client/q38"
+
+echo "== health";   "$q38" health --server "127.0.0.1:$port"
+echo "== manifest"; "$q38" manifest --server "127.0.0.1:$port"
+echo "== generate (streamed token ids: the tiny checkpoint is random, so they carry no meaning)"
+"$q38" generate --server "127.0.0.1:$port" --tokens 1000,17,99,512,3,77,250,901,42,7,640,11 --max_tokens 16
+echo "== bench (client side, greedy, 3 requests after a warmup)"
+"$q38" bench --server "127.0.0.1:$port" --prompt_len 64 --max_tokens 32 --requests 3 --json "$out/bench.json" | tee "$out/bench.txt"
+curl -s "http://127.0.0.1:$metrics_port/metrics" > "$out/metrics.txt" 2>/dev/null || true
+
+echo "== graceful shutdown (SIGTERM)"
+kill -TERM $server_pid
+code=0
+wait $server_pid || code=$?
+trap - EXIT
+echo "q38-server exited with code $code"
+echo "outputs: $out/server.log, $out/bench.txt, $out/bench.json, $out/metrics.txt"
+exit $code
