@@ -89,13 +89,38 @@ class WorkerService final : public wv1::Worker::Service {
     }
     current_.store(spec.request_id);
     cancel_.store(false);
-    auto emit = [&](int32_t token) {
+    // The decode loop never waits on the stream: tokens go through a queue that this handler
+    // thread writes out while the engine runs on its own thread.
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<int32_t> pending;
+    bool finished = false;
+    absl::StatusOr<RunResult> r = absl::UnknownError("not run");
+    std::thread engine([&] {
+      auto emit = [&](int32_t token) {
+        std::lock_guard<std::mutex> l(mu);
+        pending.push_back(token);
+        cv.notify_one();
+      };
+      auto cancelled = [&] { return cancel_.load() || ctx->IsCancelled(); };
+      absl::StatusOr<RunResult> result = engine_.Run(spec, emit, cancelled);
+      std::lock_guard<std::mutex> l(mu);
+      r = std::move(result);
+      finished = true;
+      cv.notify_one();
+    });
+    for (bool done = false; !done;) {
       wv1::RunEvent ev;
-      ev.add_token_ids(token);
-      writer->Write(ev);
-    };
-    auto cancelled = [&] { return cancel_.load() || ctx->IsCancelled(); };
-    absl::StatusOr<RunResult> r = engine_.Run(spec, emit, cancelled);
+      {
+        std::unique_lock<std::mutex> l(mu);
+        cv.wait(l, [&] { return finished || !pending.empty(); });
+        ev.mutable_token_ids()->Add(pending.begin(), pending.end());
+        pending.clear();
+        done = finished;
+      }
+      if (ev.token_ids_size() > 0) writer->Write(ev);
+    }
+    engine.join();
     current_.store(0);
     if (!r.ok()) {
       LOG(ERROR) << "rank " << info_.rank() << ": request " << spec.request_id << " failed: " << r.status();
@@ -165,9 +190,12 @@ absl::Status Main() {
 
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
   ASSIGN_OR_RETURN(std::unique_ptr<TensorStore> store, TensorStore::Open(dir));
-  ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                   ConnectGloo({.rank = rank, .size = world, .store_dir = absl::GetFlag(FLAGS_rendezvous),
-                                .prefix = absl::GetFlag(FLAGS_group), .timeout_ms = absl::GetFlag(FLAGS_comm_timeout_ms)}));
+  std::unique_ptr<Communicator> comm = MakeSoloCommunicator();  // one rank needs no transport
+  if (world > 1) {
+    ASSIGN_OR_RETURN(comm, ConnectGloo({.rank = rank, .size = world, .store_dir = absl::GetFlag(FLAGS_rendezvous),
+                                        .prefix = absl::GetFlag(FLAGS_group),
+                                        .timeout_ms = absl::GetFlag(FLAGS_comm_timeout_ms)}));
+  }
   LOG(INFO) << "rank " << rank << "/" << world << ": communicator " << comm->version() << " ready; loading " << dir;
   std::unique_ptr<Backend> backend = MakeCpuBackend();
   ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(config, *store, *backend, {rank, world}));
