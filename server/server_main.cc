@@ -186,7 +186,25 @@ int Run() {
     return code;
   }
 
+  // The checkpoint's tokenizer, when it ships one, turns text and chat into ids and ids into text.
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (std::filesystem::exists(model + "/tokenizer.json")) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromDirectory(model);
+    if (!t.ok()) {
+      LOG(ERROR) << "tokenizer: " << t.status();
+      supervisor.KillAll();
+      return 1;
+    }
+    tokenizer = *std::move(t);
+    if (tokenizer->vocab_size() > config->vocab_size) {
+      LOG(ERROR) << "tokenizer has " << tokenizer->vocab_size() << " ids, the model " << config->vocab_size;
+      supervisor.KillAll();
+      return 1;
+    }
+  }
   ServiceInfo info;
+  info.tokenizer = tokenizer.get();
+  info.info.set_has_tokenizer(tokenizer != nullptr);
   info.limits = {config->vocab_size, max_context};
   info.eos_ids.assign(gen->eos_token_ids.begin(), gen->eos_token_ids.end());
   info.info.set_version("0.1");

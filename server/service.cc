@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "server/text_stream.h"
 
 namespace q38 {
 namespace {
@@ -44,6 +45,35 @@ grpc::Status Q38Service::GetManifest(grpc::ServerContext*, const v1::GetManifest
   return grpc::Status::OK;
 }
 
+absl::StatusOr<std::vector<int32_t>> Q38Service::Prompt(const v1::GenerateRequest& req) const {
+  if (req.input_case() == v1::GenerateRequest::kTokens) {
+    return std::vector<int32_t>(req.tokens().ids().begin(), req.tokens().ids().end());
+  }
+  const Tokenizer* tok = info_.tokenizer;
+  if (tok == nullptr) return absl::FailedPreconditionError("input: this model ships no tokenizer; send tokens");
+  std::string text;
+  if (req.input_case() == v1::GenerateRequest::kText) {
+    text = req.text();
+  } else {
+    std::vector<ChatMessage> messages;
+    for (const auto& m : req.chat().messages()) messages.push_back({m.role(), m.content(), std::nullopt, false});
+    ChatOptions options;
+    options.add_generation_prompt = !req.chat().has_add_generation_prompt() || req.chat().add_generation_prompt();
+    if (req.chat().has_enable_thinking()) options.enable_thinking = req.chat().enable_thinking();
+    absl::StatusOr<std::string> rendered = tok->ApplyChatTemplate(messages, options);
+    if (!rendered.ok()) {
+      return absl::Status(rendered.status().code(), absl::StrCat("chat: ", rendered.status().message()));
+    }
+    text = *std::move(rendered);
+  }
+  absl::StatusOr<std::vector<int32_t>> ids = tok->Encode(text);
+  if (!ids.ok()) {
+    return absl::Status(ids.status().code(),
+                        absl::StrCat(req.input_case() == v1::GenerateRequest::kText ? "text: " : "chat: ", ids.status().message()));
+  }
+  return ids;
+}
+
 grpc::Status Q38Service::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                                   grpc::ServerWriter<v1::GenerateResponse>* writer) {
   const Clock::time_point received = Clock::now();
@@ -53,15 +83,16 @@ grpc::Status Q38Service::Generate(grpc::ServerContext* ctx, const v1::GenerateRe
     return ToGrpc(s);
   };
   if (absl::Status s = ValidateGenerate(*req, info_.limits); !s.ok()) return reject(s, "invalid_argument");
-  if (req->input_case() != v1::GenerateRequest::kTokens) {
-    return reject(absl::FailedPreconditionError("input: this model has no tokenizer; send tokens"), "no_tokenizer");
+  if (req->stop_size() > 0 && info_.tokenizer == nullptr) {
+    return reject(absl::FailedPreconditionError("stop: this model ships no tokenizer; use stop_token_ids"), "no_tokenizer");
   }
-  if (req->stop_size() > 0) {
-    return reject(absl::FailedPreconditionError("stop: stop strings need a tokenizer; use stop_token_ids"), "no_tokenizer");
+  absl::StatusOr<std::vector<int32_t>> prompt = Prompt(*req);
+  if (!prompt.ok()) {
+    return reject(prompt.status(), absl::IsFailedPrecondition(prompt.status()) ? "no_tokenizer" : "invalid_argument");
   }
   auto job = std::make_shared<Job>();
   job->id = next_id_++;
-  job->prompt.assign(req->tokens().ids().begin(), req->tokens().ids().end());
+  job->prompt = *std::move(prompt);
   if (absl::Status s = ValidatePrompt(job->prompt, req->max_tokens(), info_.limits); !s.ok()) {
     return reject(s, "invalid_argument");
   }
@@ -81,7 +112,11 @@ grpc::Status Q38Service::Generate(grpc::ServerContext* ctx, const v1::GenerateRe
   metrics_.AddPromptTokens(static_cast<int64_t>(job->prompt.size()));
   const bool has_deadline = ctx->deadline() != std::chrono::system_clock::time_point::max();
 
-  // Relay tokens until the job finishes; a client cancel or deadline stops it within one step.
+  // Relay tokens (and their text) until the job finishes; a client cancel, a deadline or a stop
+  // string stops it within one step.
+  std::optional<TextStream> text;
+  if (info_.tokenizer != nullptr) text.emplace(*info_.tokenizer, std::vector<std::string>(req->stop().begin(), req->stop().end()));
+  bool stopped = false;
   Clock::time_point last = received;
   int32_t sent = 0;
   for (;;) {
@@ -94,7 +129,7 @@ grpc::Status Q38Service::Generate(grpc::ServerContext* ctx, const v1::GenerateRe
       job->tokens.clear();
       done = job->done;
     }
-    if (!batch.empty()) {
+    if (!batch.empty() && !stopped) {
       const Clock::time_point now = Clock::now();
       for (size_t i = 0; i < batch.size(); ++i) {
         if (sent == 0) metrics_.ObserveTtft(Seconds(received, now));
@@ -105,6 +140,14 @@ grpc::Status Q38Service::Generate(grpc::ServerContext* ctx, const v1::GenerateRe
       metrics_.AddGenerationTokens(static_cast<int64_t>(batch.size()));
       v1::GenerateResponse resp;
       resp.mutable_token_ids()->Add(batch.begin(), batch.end());
+      if (text) {
+        TextStream::Delta d = text->Add(batch);
+        resp.set_text(std::move(d.text));
+        if (d.stopped) {
+          stopped = true;
+          scheduler_.Cancel(job, "stop");
+        }
+      }
       if (!writer->Write(resp)) scheduler_.Cancel(job, "client");
     }
     if (done) break;
@@ -116,14 +159,16 @@ grpc::Status Q38Service::Generate(grpc::ServerContext* ctx, const v1::GenerateRe
   std::lock_guard<std::mutex> l(job->mu);
   std::string reason = job->finish_reason;
   if (reason == "cancelled" && job->cancel_by == "deadline") reason = "deadline";
+  if (stopped) reason = "stop";
   if (reason == "error") {
     metrics_.Failed(absl::IsUnavailable(job->error) ? "worker_unavailable" : "internal");
     return ToGrpc(job->error);
   }
   v1::GenerateResponse final_msg;
+  if (text) final_msg.set_text(text->Finish());
   final_msg.set_finish_reason(ToProto(reason));
   final_msg.mutable_usage()->set_prompt_tokens(static_cast<int32_t>(job->prompt.size()));
-  final_msg.mutable_usage()->set_completion_tokens(job->generated);
+  final_msg.mutable_usage()->set_completion_tokens(sent);
   v1::Timings* t = final_msg.mutable_timings();
   const bool any = job->generated > 0;
   t->set_queue(Seconds(job->received, job->scheduled));

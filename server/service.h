@@ -9,6 +9,7 @@
 #include "q38/v1/q38.grpc.pb.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
+#include "server/tokenizer/tokenizer.h"
 #include "server/validation.h"
 
 namespace q38 {
@@ -18,6 +19,7 @@ struct ServiceInfo {
   v1::Manifest manifest;
   ModelLimits limits;
   std::vector<int32_t> eos_ids;  // generation_config's stop set
+  const Tokenizer* tokenizer = nullptr;  // the checkpoint's; null when it ships none
 };
 
 class Q38Service final : public v1::Q38::Service {
@@ -33,6 +35,9 @@ class Q38Service final : public v1::Q38::Service {
   void SetState(const std::string& state);
 
  private:
+  // The prompt ids of tokens, text or chat input.
+  absl::StatusOr<std::vector<int32_t>> Prompt(const v1::GenerateRequest& req) const;
+
   Scheduler& scheduler_;
   Metrics& metrics_;
   ServiceInfo info_;

@@ -184,6 +184,64 @@ TEST_F(ServerTest, FullQueueIsResourceExhausted) {
   EXPECT_TRUE(after.status.ok()) << after.status.error_message();
 }
 
+TEST_F(ServerTest, TextInStreamsTextOut) {
+  ASSERT_TRUE(server_->ready());
+  // The tiny checkpoint's tokenizer is byte-level without merges: one token per byte.
+  v1::GenerateRequest req;
+  req.set_text("Hello, q38");
+  req.set_max_tokens(12);
+  req.set_ignore_eos(true);
+  Streamed out = Generate(server_->api(), req);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  EXPECT_EQ(out.last.usage().prompt_tokens(), 10);
+  const std::vector<int32_t> ids = {'H', 'e', 'l', 'l', 'o', ',', ' ', 'q', '3', '8'};
+  EXPECT_EQ(out.tokens, RunnerGreedy(ids, 12, 1));
+}
+
+TEST_F(ServerTest, StopStringEndsWithStopAndIsNotReturned) {
+  ASSERT_TRUE(server_->ready());
+  const std::vector<int32_t> prompt = {'a', 'b', 'c'};
+  const auto greedy = RunnerGreedy(prompt, 40, 1);
+  // Pick the first generated printable ASCII byte as the stop string: the stream must end right
+  // before it (ids below 256 are single bytes in the tiny checkpoint's tokenizer).
+  size_t at = 0;
+  while (at < greedy.size() && !(greedy[at] > ' ' && greedy[at] < 127)) ++at;
+  ASSERT_LT(at, greedy.size()) << "no printable ASCII byte in the greedy continuation";
+  v1::GenerateRequest req = TokensRequest(prompt, 40);
+  req.set_ignore_eos(true);
+  req.add_stop(std::string(1, static_cast<char>(greedy[at])));
+  std::string text;
+  grpc::ClientContext ctx;
+  auto reader = server_->api().Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) text += resp.text();
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(resp.finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(text.find(static_cast<char>(greedy[at])), std::string::npos) << text;
+}
+
+TEST_F(ServerTest, InvalidUtf8TextIsInvalidArgument) {
+  ASSERT_TRUE(server_->ready());
+  v1::GenerateRequest req;
+  req.set_text(std::string("bad \xff byte"));
+  req.set_max_tokens(2);
+  Streamed out = Generate(server_->api(), req);
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << out.status.error_message();
+  EXPECT_NE(out.status.error_message().find("text"), std::string::npos) << out.status.error_message();
+}
+
+TEST_F(ServerTest, ChatWithoutATemplateIsRefused) {
+  ASSERT_TRUE(server_->ready());
+  v1::GenerateRequest req;
+  auto* m = req.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("hi");
+  req.set_max_tokens(2);
+  Streamed out = Generate(server_->api(), req);
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << out.status.error_message();
+  EXPECT_NE(out.status.error_message().find("chat"), std::string::npos) << out.status.error_message();
+}
+
 TEST_F(ServerTest, InfoAndManifestDescribeTheGroup) {
   ASSERT_TRUE(server_->ready());
   grpc::ClientContext c1, c2;

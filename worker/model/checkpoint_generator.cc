@@ -213,6 +213,62 @@ nlohmann::ordered_json QuantizationConfig() {
             "*.mlp.shared_expert.*", "*hyper_connection*", "*.ple.*", "lm_head"}}};
 }
 
+// GPT-2's byte-level alphabet: printable bytes stand for themselves, the others for U+0100 on.
+std::string ByteSymbol(int byte) {
+  const bool printable = (byte >= 33 && byte <= 126) || (byte >= 161 && byte <= 172) || (byte >= 174 && byte <= 255);
+  static const std::vector<int> shifted = [] {
+    std::vector<int> v(256, -1);
+    int next = 256;
+    for (int b = 0; b < 256; ++b) {
+      if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) v[b] = next++;
+    }
+    return v;
+  }();
+  const int cp = printable ? byte : shifted[byte];
+  std::string utf8;
+  if (cp < 0x80) {
+    utf8 += static_cast<char>(cp);
+  } else {
+    utf8 += static_cast<char>(0xC0 | (cp >> 6));
+    utf8 += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return utf8;
+}
+
+// Qwen's pre-tokenizer split, as its tokenizer.json states it.
+constexpr char kQwenSplit[] =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+absl::Status WriteByteTokenizer(const ModelConfig& c, const std::string& dir) {
+  const int64_t first_special = c.eos_token_ids.front();
+  const std::vector<std::string> specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"};
+  if (first_special < 256 || first_special + static_cast<int64_t>(specials.size()) > c.vocab_size) {
+    return absl::InvalidArgumentError("byte tokenizer: the vocabulary has no room for 256 bytes and the special tokens");
+  }
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  for (int b = 0; b < 256; ++b) vocab[ByteSymbol(b)] = b;
+  nlohmann::ordered_json added = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < specials.size(); ++i) {
+    // In the model vocabulary too: Hugging Face keeps an added token's id only for tokens it has.
+    vocab[specials[i]] = first_special + static_cast<int64_t>(i);
+    added.push_back({{"id", first_special + static_cast<int64_t>(i)}, {"content", specials[i]}, {"single_word", false},
+                     {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", true}});
+  }
+  const nlohmann::ordered_json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+  nlohmann::ordered_json tok = {
+      {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", kQwenSplit}}}, {"behavior", "Isolated"}, {"invert", false}}, byte_level}}}},
+      {"post_processor", byte_level}, {"decoder", byte_level},
+      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
+                 {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
+                 {"vocab", vocab}, {"merges", nlohmann::ordered_json::array()}}}};
+  RETURN_IF_ERROR(WriteText(dir + "/tokenizer.json", tok.dump(2) + "\n"));
+  nlohmann::ordered_json config = {{"tokenizer_class", "Qwen2Tokenizer"}, {"eos_token", "<|endoftext|>"},
+                                   {"pad_token", "<|endoftext|>"}, {"bos_token", nullptr}, {"model_max_length", c.max_position_embeddings}};
+  return WriteText(dir + "/tokenizer_config.json", config.dump(2) + "\n");
+}
+
 }  // namespace
 
 absl::Status GenerateCheckpoint(const ModelConfig& c, const GeneratorOptions& o, const std::string& dir) {
@@ -259,6 +315,7 @@ absl::Status GenerateCheckpoint(const ModelConfig& c, const GeneratorOptions& o,
           {"exclude_modules", QuantizationConfig()["ignore"]}}}};
     RETURN_IF_ERROR(WriteText(dir + "/hf_quant_config.json", hf.dump(2) + "\n"));
   }
+  if (o.byte_tokenizer) RETURN_IF_ERROR(WriteByteTokenizer(c, dir));
   return absl::OkStatus();
 }
 

@@ -18,6 +18,9 @@ struct GeneratorOptions {
   bool nvfp4_experts = true;  // false: the official release's fused BF16 experts
   bool fp8_ple = true;        // false: a BF16 n-gram table
   size_t max_shard_bytes = size_t{1} << 30;
+  // Also write a byte-level BPE tokenizer of the Qwen family (no merges: one token per byte,
+  // ids 0-255, Qwen's special tokens from the config's EOS id on), so text can flow end to end.
+  bool byte_tokenizer = true;
 };
 
 absl::Status GenerateCheckpoint(const ModelConfig& config, const GeneratorOptions& options, const std::string& dir);

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   options.seed = absl::GetFlag(FLAGS_seed);
   options.nvfp4_experts = !absl::GetFlag(FLAGS_bf16_experts);
   options.fp8_ple = !absl::GetFlag(FLAGS_bf16_ple);
+  options.byte_tokenizer = size == "tiny";  // the release's own tokenizer has 248k tokens
   if (absl::Status s = q38::GenerateCheckpoint(config, options, out); !s.ok()) {
     std::cerr << "q38-make-checkpoint: " << s << "\n";
     return 1;
