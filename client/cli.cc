@@ -84,6 +84,20 @@ absl::Status CheckTimeout(const CliArgs& args) {
   return absl::OkStatus();
 }
 
+// The checks a command that talks to a server makes before connecting, in this order: it is
+// given only the flags in `allowed`, no operands, --server, and a positive --timeout_s if any.
+// The usage message of the first that fails; OK otherwise.
+absl::Status CheckServerCommand(const std::vector<std::string>& operands, const CliArgs& args,
+                                const std::vector<std::string>& allowed,
+                                const std::string& no_server = "--server is required") {
+  if (absl::Status s = OnlyFlags(args, allowed); !s.ok()) return s;
+  if (!operands.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("unexpected argument ", operands[0]));
+  }
+  if (!args.server) return absl::InvalidArgumentError(no_server);
+  return CheckTimeout(args);
+}
+
 Seconds UnaryTimeout(const CliArgs& args) {
   return Seconds(args.timeout_s.value_or(kDefaultUnaryTimeoutS));
 }
@@ -159,15 +173,13 @@ class StreamPrinter {
 int RunGenerate(const std::vector<std::string>& operands, const CliArgs& args, std::ostream& out,
                 std::ostream& err) {
   const std::string cmd = "generate";
-  if (absl::Status s = OnlyFlags(args, {"server", "tokens", "text", "max_tokens", "temperature",
-                                        "top_k", "top_p", "seed", "ignore_eos", "stop_token_ids",
-                                        "json", "timeout_s"});
+  if (absl::Status s = CheckServerCommand(operands, args,
+                                          {"server", "tokens", "text", "max_tokens", "temperature",
+                                           "top_k", "top_p", "seed", "ignore_eos", "stop_token_ids",
+                                           "json", "timeout_s"});
       !s.ok()) {
     return Usage(err, cmd, std::string(s.message()));
   }
-  if (!operands.empty()) return Usage(err, cmd, absl::StrCat("unexpected argument ", operands[0]));
-  if (!args.server) return Usage(err, cmd, "--server is required");
-  if (absl::Status s = CheckTimeout(args); !s.ok()) return Usage(err, cmd, std::string(s.message()));
   absl::StatusOr<v1::GenerateRequest> request = BuildGenerateRequest(args);
   if (!request.ok()) return Usage(err, cmd, std::string(request.status().message()));
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*args.server);
@@ -213,12 +225,9 @@ int RunGenerate(const std::vector<std::string>& operands, const CliArgs& args, s
 int RunHealth(const std::vector<std::string>& operands, const CliArgs& args, std::ostream& out,
               std::ostream& err) {
   const std::string cmd = "health";
-  if (absl::Status s = OnlyFlags(args, {"server", "timeout_s"}); !s.ok()) {
+  if (absl::Status s = CheckServerCommand(operands, args, {"server", "timeout_s"}); !s.ok()) {
     return Usage(err, cmd, std::string(s.message()));
   }
-  if (!operands.empty()) return Usage(err, cmd, absl::StrCat("unexpected argument ", operands[0]));
-  if (!args.server) return Usage(err, cmd, "--server is required");
-  if (absl::Status s = CheckTimeout(args); !s.ok()) return Usage(err, cmd, std::string(s.message()));
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*args.server);
   if (!client.ok()) return Fail(err, cmd, client.status());
 
@@ -282,12 +291,11 @@ int RunManifest(const std::vector<std::string>& operands, const CliArgs& args, s
                 std::ostream& err) {
   if (args.diff) return RunManifestDiff(operands, args, out, err);
   const std::string cmd = "manifest";
-  if (absl::Status s = OnlyFlags(args, {"server", "json", "timeout_s"}); !s.ok()) {
+  if (absl::Status s = CheckServerCommand(operands, args, {"server", "json", "timeout_s"},
+                                          "--server is required (or --diff A.json B.json)");
+      !s.ok()) {
     return Usage(err, cmd, std::string(s.message()));
   }
-  if (!operands.empty()) return Usage(err, cmd, absl::StrCat("unexpected argument ", operands[0]));
-  if (!args.server) return Usage(err, cmd, "--server is required (or --diff A.json B.json)");
-  if (absl::Status s = CheckTimeout(args); !s.ok()) return Usage(err, cmd, std::string(s.message()));
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*args.server);
   if (!client.ok()) return Fail(err, cmd, client.status());
   absl::StatusOr<v1::Manifest> manifest = (*client)->GetManifest(UnaryTimeout(args));
@@ -301,12 +309,9 @@ int RunManifest(const std::vector<std::string>& operands, const CliArgs& args, s
 int RunInfo(const std::vector<std::string>& operands, const CliArgs& args, std::ostream& out,
             std::ostream& err) {
   const std::string cmd = "info";
-  if (absl::Status s = OnlyFlags(args, {"server", "json", "timeout_s"}); !s.ok()) {
+  if (absl::Status s = CheckServerCommand(operands, args, {"server", "json", "timeout_s"}); !s.ok()) {
     return Usage(err, cmd, std::string(s.message()));
   }
-  if (!operands.empty()) return Usage(err, cmd, absl::StrCat("unexpected argument ", operands[0]));
-  if (!args.server) return Usage(err, cmd, "--server is required");
-  if (absl::Status s = CheckTimeout(args); !s.ok()) return Usage(err, cmd, std::string(s.message()));
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*args.server);
   if (!client.ok()) return Fail(err, cmd, client.status());
   absl::StatusOr<v1::Info> info = (*client)->GetInfo(UnaryTimeout(args));

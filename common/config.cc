@@ -107,8 +107,8 @@ absl::Status ParseRope(const Fields& f, ModelConfig& c) {
     }
     ASSIGN_OR_RETURN(c.rope_theta, r.Number("rope_theta"));
     if (r.Has("partial_rotary_factor")) {
-    ASSIGN_OR_RETURN(partial, r.Number("partial_rotary_factor"));
-  }
+      ASSIGN_OR_RETURN(partial, r.Number("partial_rotary_factor"));
+    }
   } else {
     ASSIGN_OR_RETURN(c.rope_theta, f.Number("rope_theta"));
   }

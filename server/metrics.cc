@@ -164,6 +164,11 @@ prometheus::Family<Counter>& CounterFamily(prometheus::Registry& registry, const
   return prometheus::BuildCounter().Name(name).Help(help).Register(registry);
 }
 
+prometheus::Family<Gauge>& GaugeFamily(prometheus::Registry& registry, const std::string& name,
+                                       const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+}
+
 struct ListenAddress {
   std::string host;  // without IPv6 brackets
   int port = 0;
@@ -304,11 +309,9 @@ struct Metrics::Impl {
 Metrics::Metrics(const BuildInfo& build) : impl_(std::make_unique<Impl>()) {
   prometheus::Registry& r = *impl_->registry;
 
-  prometheus::BuildGauge()
-      .Name("q38_build_info")
-      .Help("Build and deployment of this server; the value is always 1, the labels carry the "
-            "information.")
-      .Register(r)
+  GaugeFamily(r, "q38_build_info",
+              "Build and deployment of this server; the value is always 1, the labels carry the "
+              "information.")
       .Add({{"version", build.version},
             {"git_commit", build.git_commit},
             {"build_id", build.build_id},
@@ -378,20 +381,12 @@ Metrics::Metrics(const BuildInfo& build) : impl_(std::make_unique<Impl>()) {
       &CounterFamily(r, "q38_prompt_tokens_total", "Prompt tokens prefilled.").Add({});
   impl_->generation_tokens =
       &CounterFamily(r, "q38_generation_tokens_total", "Output tokens generated.").Add({});
-  impl_->running = &prometheus::BuildGauge()
-                        .Name("q38_num_requests_running")
-                        .Help("Requests admitted and being generated.")
-                        .Register(r)
-                        .Add({});
-  impl_->waiting = &prometheus::BuildGauge()
-                        .Name("q38_num_requests_waiting")
-                        .Help("Requests queued, waiting to be scheduled.")
-                        .Register(r)
-                        .Add({});
-  impl_->worker_memory_family = &prometheus::BuildGauge()
-                                     .Name("q38_worker_memory_bytes")
-                                     .Help("Device memory in use per worker rank, in bytes.")
-                                     .Register(r);
+  impl_->running =
+      &GaugeFamily(r, "q38_num_requests_running", "Requests admitted and being generated.").Add({});
+  impl_->waiting =
+      &GaugeFamily(r, "q38_num_requests_waiting", "Requests queued, waiting to be scheduled.").Add({});
+  impl_->worker_memory_family =
+      &GaugeFamily(r, "q38_worker_memory_bytes", "Device memory in use per worker rank, in bytes.");
 
   impl_->server_state->Set(0, "starting");
   for (int rank = 0; rank < build.tp; ++rank) impl_->worker_state->Set(rank, "starting");

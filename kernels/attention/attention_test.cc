@@ -6,38 +6,19 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "kernels/testing/op_test_util.h"
+
 namespace q38::cpu {
 namespace {
 
+using op_test::Uniform;
+using op_test::AllClose;
+
 constexpr float kEps = 1e-6f;
-
-std::vector<float> Uniform(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-::testing::AssertionResult AllClose(const std::vector<float>& got, const std::vector<double>& want,
-                                    double rtol) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size mismatch";
-  double scale = 0;
-  for (double w : want) scale = std::max(scale, std::fabs(w));
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
-    if (!(err <= rtol * (std::fabs(want[i]) + scale))) {
-      return ::testing::AssertionFailure() << "index " << i << ": got " << got[i] << ", want "
-                                           << want[i] << " (err " << err << ")";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
 
 // ---------------------------------------------------------------------------------------------
 // Naive references

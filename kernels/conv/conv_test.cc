@@ -3,23 +3,17 @@
 #include "kernels/conv/conv.h"
 
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "kernels/testing/op_test_util.h"
+
 namespace q38::cpu {
 namespace {
 
-std::vector<float> Uniform(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-double SiluD(double x) { return x / (1.0 + std::exp(-x)); }
+using op_test::Uniform;
+using op_test::SiluD;
 
 // Naive: the full input history is `prefix` (rows before this call, oldest first) followed by
 // x; times before the sequence start read 0. Each output t sums taps by explicit time offsets.

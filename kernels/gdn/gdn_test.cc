@@ -4,55 +4,19 @@
 #include "kernels/gdn/gdn.h"
 
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "kernels/testing/op_test_util.h"
+
 namespace q38::cpu {
 namespace {
 
-std::vector<float> Uniform(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-std::vector<float> Normal(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-// |got − want| ≤ rtol·(|want| + max|want|): relative, with the tensor's scale as the floor.
-template <typename W>
-::testing::AssertionResult AllClose(const std::vector<float>& got, const std::vector<W>& want,
-                                    double rtol) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size mismatch";
-  double scale = 0;
-  for (W w : want) scale = std::max(scale, std::fabs(static_cast<double>(w)));
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
-    if (!(err <= rtol * (std::fabs(static_cast<double>(want[i])) + scale))) {
-      return ::testing::AssertionFailure() << "index " << i << ": got " << got[i] << ", want "
-                                           << want[i] << " (err " << err << ", scale " << scale << ")";
-    }
-    worst = std::max(worst, err / (scale > 0 ? scale : 1));
-  }
-  return ::testing::AssertionSuccess() << "worst scaled error " << worst;
-}
-
-::testing::AssertionResult NoNan(const std::vector<float>& v) {
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (std::isnan(v[i])) return ::testing::AssertionFailure() << "NaN left at " << i;
-  }
-  return ::testing::AssertionSuccess();
-}
+using op_test::Uniform;
+using op_test::Normal;
+using op_test::AllClose;
+using op_test::NoNan;
 
 // One problem: inputs for T tokens, as the conv and gates would produce them.
 struct Problem {

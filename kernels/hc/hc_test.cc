@@ -2,23 +2,17 @@
 #include "kernels/hc/hc.h"
 
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "kernels/testing/op_test_util.h"
+
 namespace q38::cpu {
 namespace {
 
-std::vector<float> Uniform(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-double SigmoidD(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+using op_test::Uniform;
+using op_test::SigmoidD;
 
 TEST(EmbedStreams, CopiesTheRowIntoEveryStream) {
   // Table of 5 rows × H = 3 (row r = (10r, 10r+1, 10r+2)); ids (4, 0, 4); S = 4 streams:

@@ -3,21 +3,16 @@
 #include "kernels/linear/linear.h"
 
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "kernels/testing/op_test_util.h"
+
 namespace q38::cpu {
 namespace {
 
-std::vector<float> Uniform(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using op_test::Uniform;
 
 TEST(Linear, HandComputed) {
   // x [2,3], W [2,3] ([out, in]):

@@ -11,33 +11,14 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/testing/op_test_util.h"
+
 namespace q38::cpu {
 namespace {
 
-std::vector<float> Uniform(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-::testing::AssertionResult AllClose(const std::vector<float>& got, const std::vector<double>& want,
-                                    double rtol) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size mismatch";
-  double scale = 0;
-  for (double w : want) scale = std::max(scale, std::fabs(w));
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
-    if (!(err <= rtol * (std::fabs(want[i]) + scale))) {
-      return ::testing::AssertionFailure() << "index " << i << ": got " << got[i] << ", want "
-                                           << want[i] << " (err " << err << ")";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
-double SiluD(double x) { return x / (1.0 + std::exp(-x)); }
+using op_test::Uniform;
+using op_test::AllClose;
+using op_test::SiluD;
 
 // (id, weight) pairs of one token, sorted by id, so the test does not depend on output order.
 std::vector<std::pair<int32_t, float>> Routed(const std::vector<int32_t>& idx, const std::vector<float>& w,
@@ -48,6 +29,25 @@ std::vector<std::pair<int32_t, float>> Routed(const std::vector<int32_t>& idx, c
   return r;
 }
 
+// Routes one token over logits.size() experts: the top k as (id, weight) pairs sorted by id. The
+// outputs start as −7 and NaN, so an entry the router does not write shows.
+std::vector<std::pair<int32_t, float>> RouteOneToken(const std::vector<float>& logits, int64_t k) {
+  std::vector<int32_t> idx(k, -7);
+  std::vector<float> w(k, NAN);
+  RouterTopK(logits.data(), idx.data(), w.data(), 1, static_cast<int64_t>(logits.size()), k);
+  return Routed(idx, w, 0, k);
+}
+
+// Expects the routed pairs `got` to be `want`: the same expert ids, weights within 1e-6.
+void ExpectRouted(const std::vector<std::pair<int32_t, float>>& got,
+                  const std::vector<std::pair<int32_t, double>>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t j = 0; j < want.size(); ++j) {
+    EXPECT_EQ(got[j].first, want[j].first) << "pair " << j;
+    EXPECT_NEAR(got[j].second, want[j].second, 1e-6) << "pair " << j;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Router
 
@@ -55,55 +55,21 @@ TEST(RouterTopK, HandComputed) {
   // logits (0, ln 2, ln 3, 0) → p ∝ (1, 2, 3, 1) / 7. Top 2: experts 2 (3/7) and 1 (2/7),
   // renormalized: 3/5 = 0.6 and 2/5 = 0.4.
   const std::vector<float> logits = {0, std::log(2.0f), std::log(3.0f), 0};
-  std::vector<int32_t> idx(2, -7);
-  std::vector<float> w(2, NAN);
-  RouterTopK(logits.data(), idx.data(), w.data(), 1, 4, 2);
-  const auto r = Routed(idx, w, 0, 2);
-  EXPECT_EQ(r[0].first, 1);
-  EXPECT_EQ(r[1].first, 2);
-  EXPECT_NEAR(r[0].second, 0.4, 1e-6);
-  EXPECT_NEAR(r[1].second, 0.6, 1e-6);
+  ExpectRouted(RouteOneToken(logits, 2), {{1, 0.4}, {2, 0.6}});
 }
 
 TEST(RouterTopK, TiesPickTheLowerExpertId) {
   // All equal, k = 3 of 8: experts 0, 1, 2 with weight 1/3 each.
-  {
-    const std::vector<float> logits(8, 0.7f);
-    std::vector<int32_t> idx(3, -7);
-    std::vector<float> w(3, NAN);
-    RouterTopK(logits.data(), idx.data(), w.data(), 1, 8, 3);
-    const auto r = Routed(idx, w, 0, 3);
-    for (int j = 0; j < 3; ++j) {
-      EXPECT_EQ(r[j].first, j);
-      EXPECT_NEAR(r[j].second, 1.0 / 3.0, 1e-6);
-    }
-  }
+  ExpectRouted(RouteOneToken(std::vector<float>(8, 0.7f), 3),
+               {{0, 1.0 / 3.0}, {1, 1.0 / 3.0}, {2, 1.0 / 3.0}});
   // A tie at the boundary: logits (5, 1, 3, 3, 3, 0), k = 2 → experts 0 and 2 (not 3 or 4).
   // Weights e⁵/(e⁵ + e³) = 1/(1 + e⁻²) = 0.8807971 and 0.1192029.
-  {
-    const std::vector<float> logits = {5, 1, 3, 3, 3, 0};
-    std::vector<int32_t> idx(2, -7);
-    std::vector<float> w(2, NAN);
-    RouterTopK(logits.data(), idx.data(), w.data(), 1, 6, 2);
-    const auto r = Routed(idx, w, 0, 2);
-    EXPECT_EQ(r[0].first, 0);
-    EXPECT_EQ(r[1].first, 2);
-    EXPECT_NEAR(r[0].second, 0.8807971, 1e-6);
-    EXPECT_NEAR(r[1].second, 0.1192029, 1e-6);
-  }
+  ExpectRouted(RouteOneToken({5, 1, 3, 3, 3, 0}, 2), {{0, 0.8807971}, {2, 0.1192029}});
 }
 
 TEST(RouterTopK, LargeLogitsStayFinite) {
   // logits (1000, 999, −1000): top 2 weights 1/(1 + e⁻¹) = 0.7310586 and 0.2689414.
-  const std::vector<float> logits = {1000, 999, -1000};
-  std::vector<int32_t> idx(2, -7);
-  std::vector<float> w(2, NAN);
-  RouterTopK(logits.data(), idx.data(), w.data(), 1, 3, 2);
-  const auto r = Routed(idx, w, 0, 2);
-  EXPECT_EQ(r[0].first, 0);
-  EXPECT_EQ(r[1].first, 1);
-  EXPECT_NEAR(r[0].second, 0.7310586, 1e-6);
-  EXPECT_NEAR(r[1].second, 0.2689414, 1e-6);
+  ExpectRouted(RouteOneToken({1000, 999, -1000}, 2), {{0, 0.7310586}, {1, 0.2689414}});
 }
 
 TEST(RouterTopK, MatchesNaiveSelectionAndWeightsSumToOne) {

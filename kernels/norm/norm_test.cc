@@ -3,41 +3,20 @@
 #include "kernels/norm/norm.h"
 
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "kernels/testing/op_test_util.h"
+
 namespace q38::cpu {
 namespace {
 
+using op_test::Uniform;
+using op_test::AllClose;
+using op_test::SigmoidD;
+
 constexpr float kEps = 1e-6f;
-
-std::vector<float> Uniform(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-double SigmoidD(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-
-// |got − want| ≤ rtol·(|want| + max|want|): relative, with the tensor's scale as the floor.
-::testing::AssertionResult AllClose(const std::vector<float>& got, const std::vector<double>& want,
-                                    double rtol) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size mismatch";
-  double scale = 0;
-  for (double w : want) scale = std::max(scale, std::fabs(w));
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
-    if (!(err <= rtol * (std::fabs(want[i]) + scale))) {
-      return ::testing::AssertionFailure() << "index " << i << ": got " << got[i] << ", want "
-                                           << want[i] << " (err " << err << ")";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
 
 // Independent RMSNorm: per group, y = x / sqrt(mean(x²) + eps) · (offset + w), in double.
 std::vector<double> NaiveRms(const std::vector<float>& x, const std::vector<float>& w, int64_t rows,

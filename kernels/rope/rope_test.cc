@@ -3,25 +3,20 @@
 #include "kernels/rope/rope.h"
 
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "kernels/testing/op_test_util.h"
+
 namespace q38::cpu {
 namespace {
+
+using op_test::Uniform;
 
 constexpr double kTheta = 1e7;   // rope_theta
 constexpr int64_t kRd = 64;      // rotary dims (partial_rotary_factor 0.25 of 256)
 constexpr int64_t kDh = 256;     // head_dim
-
-std::vector<float> Uniform(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 TEST(Rope, ReferenceFrequenciesOfModelMd17) {
   // θ_i = 1e7^(−i/32): θ₀ = 1, θ₁ = 0.60430, θ₃₁ = 1.6548e-7 (MODEL.md §17, 5 digits).
