@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/format.h"
+#include "server/tokenizer/fixed_prompt.h"
 
 namespace q38::client {
 namespace {
@@ -188,6 +189,7 @@ nlohmann::json BenchReportJson(const BenchReport& report) {
         {"sampling", "greedy"},
         {"ignore_eos", true}}},
       {"prompt_token_ids", o.prompt},
+      {"prompt_sha256", HashIds(o.prompt)},
       {"wall_s", report.wall_s},
       {"tokens_identical", report.tokens_identical},
       {"summary",

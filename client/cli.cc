@@ -17,6 +17,7 @@
 #include "client/format.h"
 #include "client/manifest.h"
 #include "google/protobuf/text_format.h"
+#include "server/tokenizer/fixed_prompt.h"
 
 namespace q38::client {
 namespace {
@@ -64,6 +65,8 @@ std::vector<std::string> GivenFlags(const CliArgs& a) {
   add("vocab", a.vocab.has_value());
   add("requests", a.requests.has_value());
   add("warmup", a.warmup.has_value());
+  add("tokenizer", a.tokenizer.has_value());
+  add("sentence", a.sentence.has_value());
   return given;
 }
 
@@ -350,7 +353,8 @@ int RunBenchCommand(const std::vector<std::string>& operands, const CliArgs& arg
                     std::ostream& out, std::ostream& err) {
   const std::string cmd = "bench";
   if (absl::Status s = OnlyFlags(args, {"server", "tokens", "prompt_len", "vocab", "seed",
-                                        "max_tokens", "requests", "warmup", "json", "timeout_s"});
+                                        "max_tokens", "requests", "warmup", "json", "timeout_s",
+                                        "tokenizer", "sentence"});
       !s.ok()) {
     return Usage(err, cmd, std::string(s.message()));
   }
@@ -363,6 +367,9 @@ int RunBenchCommand(const std::vector<std::string>& operands, const CliArgs& arg
   }
   if (args.vocab && !args.prompt_len) return Usage(err, cmd, "--vocab goes with --prompt_len");
   if (args.seed && !args.prompt_len) return Usage(err, cmd, "--seed goes with --prompt_len");
+  if (args.tokenizer && !args.prompt_len) return Usage(err, cmd, "--tokenizer goes with --prompt_len");
+  if (args.sentence && !args.tokenizer) return Usage(err, cmd, "--sentence goes with --tokenizer");
+  if (args.tokenizer && (args.vocab || args.seed)) return Usage(err, cmd, "--tokenizer builds the fixed prompt; drop --vocab and --seed");
   if (!args.max_tokens) return Usage(err, cmd, "--max_tokens is required");
   if (*args.max_tokens < 1) return Usage(err, cmd, "--max_tokens must be at least 1");
   if (args.requests.value_or(1) < 1) return Usage(err, cmd, "--requests must be at least 1");
@@ -390,7 +397,15 @@ int RunBenchCommand(const std::vector<std::string>& operands, const CliArgs& arg
   // synthetic prompt avoids.
   const Seconds unary = UnaryTimeout(args);
   absl::StatusOr<v1::Info> info = (*client)->GetInfo(unary);
-  if (args.prompt_len) {
+  if (args.prompt_len && args.tokenizer) {
+    // The contract's fixed prompt (BASELINE_CONTRACT.md §5.1), tokenized here with the model's tokenizer.
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromDirectory(*args.tokenizer);
+    if (!tok.ok()) return Fail(err, cmd, tok.status());
+    absl::StatusOr<std::vector<int32_t>> ids =
+        FixedPrompt(**tok, args.sentence.value_or(kFixedPromptSentence), *args.prompt_len);
+    if (!ids.ok()) return Fail(err, cmd, ids.status());
+    options.prompt = *std::move(ids);
+  } else if (args.prompt_len) {
     int vocab = args.vocab.value_or(0);
     if (vocab == 0) {
       if (!info.ok()) {

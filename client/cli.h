@@ -41,6 +41,8 @@ struct CliArgs {
   std::optional<int> vocab;
   std::optional<int> requests;
   std::optional<int> warmup;
+  std::optional<std::string> tokenizer;  // bench: build the contract's fixed prompt with it
+  std::optional<std::string> sentence;   // bench: the fixed prompt's sentence
 };
 
 // `positional` is what follows the program name once flags are removed: the subcommand, then its

@@ -180,6 +180,23 @@ TEST(CliArgsTest, SubcommandAndFlagMistakesAreUsageErrors) {
   b.max_tokens = 4;
   EXPECT_EQ(RunCli({"bench", "report.json"}, b, out, err), kExitUsage);  // FILE without --json
 
+  CliArgs t;
+  t.server = "127.0.0.1:1";
+  t.max_tokens = 4;
+  t.tokens = "1";
+  t.tokenizer = "/nonexistent";
+  err.str("");
+  EXPECT_EQ(RunCli({"bench"}, t, out, err), kExitUsage);
+  EXPECT_NE(err.str().find("--tokenizer goes with --prompt_len"), std::string::npos) << err.str();
+  t.tokens.reset();
+  t.prompt_len = 8;
+  t.seed = 1;
+  EXPECT_EQ(RunCli({"bench"}, t, out, err), kExitUsage);
+  t.seed.reset();
+  err.str("");
+  EXPECT_EQ(RunCli({"bench"}, t, out, err), 5);  // NOT_FOUND: the tokenizer directory is missing
+  EXPECT_NE(err.str().find("/nonexistent"), std::string::npos) << err.str();
+
   CliArgs d;
   d.diff = true;
   EXPECT_EQ(RunCli({"manifest", "only-one.json"}, d, out, err), kExitUsage);

@@ -33,6 +33,9 @@ ABSL_FLAG(std::optional<int>, vocab, std::nullopt,
           "bench: draw synthetic prompt ids from [0, V) (default: the server's vocab_size)");
 ABSL_FLAG(std::optional<int>, requests, std::nullopt, "bench: timed requests (default 1)");
 ABSL_FLAG(std::optional<int>, warmup, std::nullopt, "bench: untimed requests first (default 1)");
+ABSL_FLAG(std::optional<std::string>, tokenizer, std::nullopt,
+          "bench: with --prompt_len, the model's tokenizer directory: the prompt is the contract's fixed sentence repeated to N tokens");
+ABSL_FLAG(std::optional<std::string>, sentence, std::nullopt, "bench --tokenizer: the sentence (default: the contract's)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(q38::client::UsageText());
@@ -62,6 +65,8 @@ int main(int argc, char** argv) {
   a.vocab = absl::GetFlag(FLAGS_vocab);
   a.requests = absl::GetFlag(FLAGS_requests);
   a.warmup = absl::GetFlag(FLAGS_warmup);
+  a.tokenizer = absl::GetFlag(FLAGS_tokenizer);
+  a.sentence = absl::GetFlag(FLAGS_sentence);
 
   // positional[0] is the program name.
   std::vector<std::string> rest(positional.begin() + 1, positional.end());
