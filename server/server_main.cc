@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -87,6 +88,15 @@ absl::Status CheckGroup(const std::vector<worker::v1::WorkerInfo>& infos, int tp
     return absl::FailedPreconditionError(absl::StrCat("ranks present: ", ranks.size(), " of ", tp));
   }
   return absl::OkStatus();
+}
+
+// VmRSS of a process in bytes (0 when it is gone).
+double ResidentBytes(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) * 1024.0;  // "VmRSS:   1234 kB"
+  }
+  return 0;
 }
 
 v1::Manifest MakeManifest(const std::vector<worker::v1::WorkerInfo>& infos, const std::string& model, int tp) {
@@ -247,6 +257,17 @@ int Run() {
     std::filesystem::rename(tmp, ready);
   }
 
+  // Resident memory of each rank (device memory once workers run on GPUs), every two seconds.
+  std::atomic<bool> sampling{true};
+  std::thread memory_sampler([&] {
+    while (sampling.load()) {
+      const std::vector<pid_t> pids = supervisor.pids();
+      for (size_t r = 0; r < pids.size(); ++r) {
+        if (pids[r] != 0) metrics.SetWorkerMemoryBytes(static_cast<int>(r), ResidentBytes(pids[r]));
+      }
+      for (int i = 0; i < 20 && sampling.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
   int exit_code = 0, restarts = 0;
   for (bool stop = false; !stop;) {
     auto [event, detail] = control.Next();
@@ -291,6 +312,8 @@ int Run() {
     scheduler.CancelAll("drain");
     scheduler.Drain(Clock::now() + std::chrono::seconds(5));
   }
+  sampling.store(false);
+  memory_sampler.join();
   supervisor.Stop(absl::Seconds(5));
   for (int r = 0; r < tp; ++r) metrics.SetWorkerState(r, "stopped");
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -274,6 +274,8 @@ TEST_F(ServerTest, MetricsPassPromtoolAndMove) {
   EXPECT_EQ(sample("q38_generation_tokens_total"), before + 5);
   EXPECT_EQ(sample("q38_inter_token_latency_seconds_count"), itl_before + 4);  // one per token after the first
   const std::string text = HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_NE(text.find("q38_worker_memory_bytes{rank=\"3\"}"), std::string::npos);
+  EXPECT_EQ(text.find("q38_worker_memory_bytes{rank=\"3\"} 0\n"), std::string::npos) << "rank 3's memory never sampled";
   FILE* p = popen("promtool check metrics > /dev/null 2>&1", "w");
   ASSERT_NE(p, nullptr);
   fwrite(text.data(), 1, text.size(), p);
@@ -350,6 +352,29 @@ TEST(ServerLifecycle, WorkerKilledMidStreamIsUnavailableAndLeavesNoOrphans) {
   ss << log.rdbuf();
   EXPECT_NE(ss.str().find("rank 2"), std::string::npos);
   EXPECT_NE(ss.str().find("killed by signal 9"), std::string::npos);
+}
+
+TEST(ServerLifecycle, StuckCollectiveFailsTheRequestInsteadOfHanging) {
+  Server s({.comm_timeout_ms = 2000});
+  ASSERT_TRUE(s.ready());
+  const auto workers = s.WorkerPids();
+  ASSERT_EQ(workers.size(), 4u);
+  v1::GenerateRequest req = TokensRequest(kPrompt, 3000);
+  req.set_ignore_eos(true);
+  grpc::ClientContext ctx;
+  auto reader = s.api().Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(reader->Read(&resp));
+  // A frozen rank: its peers' collectives time out, they fail the request and leave.
+  kill(workers[3], SIGSTOP);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (reader->Read(&resp)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_EQ(s.SignalAndWait(0), 4);
+  kill(workers[3], SIGCONT);
+  EXPECT_TRUE(AllGone(workers, 3000));
 }
 
 TEST(ServerLifecycle, RestartPolicyBringsTheGroupBack) {
