@@ -76,6 +76,7 @@ Server::Server(const ServerOptions& o) {
     int status;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -105,7 +106,7 @@ Server::~Server() {
 }
 
 int Server::SignalAndWait(int sig, int timeout_s) {
-  if (pid_ <= 0) return -1;
+  if (pid_ <= 0) return exit_code_;
   kill(pid_, sig);
   for (int i = 0; i < timeout_s * 100; ++i) {
     int status;

@@ -39,13 +39,15 @@ class Server {
   std::shared_ptr<grpc::Channel> channel() { return channel_; }
   const std::string& log_path() const { return log_; }
 
-  // Sends `sig` to the coordinator and waits for it to exit; returns its exit code (or 128+signal).
+  // Sends `sig` to the coordinator and waits for it to exit; returns its exit code (or 128+signal),
+  // also when it already exited during startup.
   int SignalAndWait(int sig, int timeout_s = 30);
   // The worker pids named by the manifest.
   std::vector<pid_t> WorkerPids();
 
  private:
   pid_t pid_ = -1;
+  int exit_code_ = -1;
   int grpc_port_ = 0, metrics_port_ = 0;
   std::string dir_, log_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -390,6 +391,26 @@ TEST(ServerLifecycle, RestartPolicyBringsTheGroupBack) {
   }
   EXPECT_TRUE(served);
   EXPECT_TRUE(AllGone(before, 3000));
+}
+
+TEST(ServerLifecycle, RefusesRanksBuiltDifferently) {
+  // Rank 2 runs a copy of the worker binary with one extra byte: the same code, another build.
+  const std::string dir = ::testing::TempDir() + "/other_build";
+  std::filesystem::create_directories(dir);
+  const std::string copy = dir + "/q38-worker-copy", wrapper = dir + "/worker.sh";
+  std::filesystem::copy_file(Q38_WORKER_BIN, copy, std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(copy, std::ios::app) << '\n';
+  std::ofstream(wrapper) << "#!/bin/sh\ncase \"$1\" in --rank=2) exec " << copy << " \"$@\";; esac\nexec "
+                         << Q38_WORKER_BIN << " \"$@\"\n";
+  std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
+  Server s({.extra_flags = {"--worker_binary=" + wrapper}});
+  EXPECT_FALSE(s.ready());
+  EXPECT_EQ(s.SignalAndWait(0), 3);
+  std::ifstream log(s.log_path());
+  std::stringstream ss;
+  ss << log.rdbuf();
+  EXPECT_NE(ss.str().find("refusing to serve: FAILED_PRECONDITION: rank 2 runs build"), std::string::npos) << ss.str();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ServerLifecycle, CoordinatorKilledLeavesNoWorkers) {
