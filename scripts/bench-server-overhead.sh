@@ -1,30 +1,38 @@
 #!/usr/bin/env bash
-# What the server path adds per token: TPOT through q38-server (one CPU worker, measured by the
-# q38 client) against TPOT of the model runner's own decode loop (q38-bench-model), same tiny
-# model, same TP 1, same machine, alternating the two within one run. Prints each round and the
-# medians. Usage: scripts/bench-server-overhead.sh [rounds=5]
+# What the server path adds per token: TPOT through q38-server (measured by the q38 client)
+# against TPOT of the model runner's own decode loop (q38-bench-model), same tiny model, same TP,
+# same machine, alternating the two within one run. Prints each round and the medians.
+# Usage: scripts/bench-server-overhead.sh [rounds=5] [tp=1]
+# Q38_BIN_DIR=DIR takes the binaries from DIR instead of building them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}
-build=${Q38_BUILD_DIR:-build}
-cmake --build "$build" --target q38-make-checkpoint q38-server q38-worker q38 q38-bench-model > /dev/null
+tp=${2:-1}
+if [ -n "${Q38_BIN_DIR:-}" ]; then
+  bin() { echo "$Q38_BIN_DIR/$1"; }
+else
+  build=${Q38_BUILD_DIR:-build}
+  cmake --build "$build" --target q38-make-checkpoint q38-server q38-worker q38 q38-bench-model > /dev/null
+  bin() { find "$build" -name "$1" -type f -perm -u+x | head -1; }
+fi
 dir=$(mktemp -d)
 trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
-"$build/worker/model/q38-make-checkpoint" --out "$dir/tiny" --seed 1 > /dev/null
-"$build/server/q38-server" --model "$dir/tiny" --tp 1 --listen 127.0.0.1:0 --metrics "" \
-  --ready_file "$dir/ready.json" > "$dir/server.log" 2>&1 &
+"$(bin q38-make-checkpoint)" --out "$dir/tiny" --seed 1 > /dev/null
+"$(bin q38-server)" --model "$dir/tiny" --tp "$tp" --listen 127.0.0.1:0 --metrics "" \
+  --worker_binary "$(bin q38-worker)" --ready_file "$dir/ready.json" > "$dir/server.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 300); do [ -f "$dir/ready.json" ] && break; sleep 0.1; done
-port=$(jq -r .grpc_port "$dir/ready.json")
+port=$(sed -n 's/.*"grpc_port": \([0-9]*\).*/\1/p' "$dir/ready.json")
 runner=() server=()
 for i in $(seq 1 "$rounds"); do
-  r=$("$build/worker/model/q38-bench-model" --model "$dir/tiny" --tp 1 --prompt_tokens 64 --decode_tokens 64 --repeats 3 |
-      tail -1 | jq '1000 / .runs[0].decode_median')
-  "$build/client/q38" bench --server "127.0.0.1:$port" --prompt_len 64 --max_tokens 64 --requests 3 --json "$dir/b.json" > /dev/null 2>&1
-  s=$(jq '1000 * .summary.tpot_s.p50' "$dir/b.json")
+  # q38-bench-model's table: "TP prefill decode TPOT"; q38 bench's: "tpot requests n mean p50 ...".
+  r=$("$(bin q38-bench-model)" --model "$dir/tiny" --tp "$tp" --prompt_tokens 64 --decode_tokens 64 --repeats 3 |
+      awk -v tp="$tp" '$1 == tp && NF == 4 {print 1000 / $3}')
+  s=$("$(bin q38)" bench --server "127.0.0.1:$port" --prompt_len 64 --max_tokens 64 --requests 3 2> /dev/null |
+      awk '$1 == "tpot" {print $5}')
   runner+=("$r") server+=("$s")
   printf 'round %d: runner TPOT %.3f ms, server TPOT %.3f ms\n' "$i" "$r" "$s"
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 mr=$(median "${runner[@]}") ms=$(median "${server[@]}")
-awk -v r="$mr" -v s="$ms" 'BEGIN {printf "median runner TPOT %.3f ms, server TPOT %.3f ms, server path adds %.3f ms (%.1f%%)\n", r, s, s - r, 100 * (s - r) / r}'
+awk -v r="$mr" -v s="$ms" -v tp="$tp" 'BEGIN {printf "TP%d median runner TPOT %.3f ms, server TPOT %.3f ms, server path adds %.3f ms (%.1f%%)\n", tp, r, s, s - r, 100 * (s - r) / r}'
