@@ -177,6 +177,10 @@ int Run() {
                         [&](int rank, const std::string& how) {
                           control.Post(Event::kWorkerDied, absl::StrCat("rank ", rank, " ", how));
                         });
+  supervisor.OnLoadProgress([&](int rank, int done, int total) {
+    LOG(INFO) << "rank " << rank << ": loaded " << done << "/" << total << " layers";
+    metrics.SetWorkerState(rank, "starting");
+  });
   auto start_group = [&]() -> int {
     metrics.SetServerState("loading");
     LOG(INFO) << "starting " << tp << " worker(s) of " << worker;

@@ -94,7 +94,6 @@ absl::Status Supervisor::Start(absl::Duration deadline) {
   reaper_ = std::thread([this] { Reap(); });
   stubs_.clear();
   infos_.assign(options_.tp, {});
-  const absl::Time until = absl::Now() + deadline;
   for (int r = 0; r < options_.tp; ++r) {
     const std::string socket = absl::StrCat("unix:", options_.run_dir, "/rank", r, ".sock");
     // Workers appear within seconds: retry connecting quickly rather than with gRPC's default backoff.
@@ -104,18 +103,33 @@ absl::Status Supervisor::Start(absl::Duration deadline) {
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
     auto channel = grpc::CreateCustomChannel(socket, grpc::InsecureChannelCredentials(), args);
     stubs_.push_back(worker::v1::Worker::NewStub(channel));
+    // Each phase (answering, connecting, loading) has the whole deadline to itself, and the
+    // error names the phase a rank was stuck in.
+    std::string phase = "starting";
+    int loaded = -1;
+    absl::Time phase_since = absl::Now();
     for (;;) {
       {
         std::lock_guard<std::mutex> l(mu_);
-        if (pids_[r] == 0) return absl::UnavailableError(absl::StrCat("rank ", r, " exited during startup"));
+        if (pids_[r] == 0) return absl::UnavailableError(absl::StrCat("rank ", r, " exited during startup (", phase, ")"));
       }
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
       worker::v1::GetInfoRequest req;
       grpc::Status s = stubs_[r]->GetInfo(&ctx, req, &infos_[r]);
-      if (s.ok()) break;
-      if (absl::Now() > until) {
-        return absl::DeadlineExceededError(absl::StrCat("rank ", r, " did not become ready within ", absl::FormatDuration(deadline)));
+      if (s.ok() && infos_[r].phase() != phase) {
+        phase = infos_[r].phase();
+        phase_since = absl::Now();
+        LOG(INFO) << "rank " << r << ": " << phase;
+      }
+      if (s.ok() && phase == "ready") break;
+      if (s.ok() && phase == "loading" && infos_[r].layers_loaded() != loaded) {
+        loaded = infos_[r].layers_loaded();
+        if (progress_) progress_(r, loaded, infos_[r].layers_total());
+      }
+      if (absl::Now() - phase_since > deadline) {
+        return absl::DeadlineExceededError(absl::StrCat("rank ", r, " stuck in phase '", phase, "' for ",
+                                                        absl::FormatDuration(deadline)));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }

@@ -34,8 +34,11 @@ class Supervisor {
   Supervisor(SupervisorOptions options, DeathCallback on_death);
   ~Supervisor();
 
-  // Spawns a fresh group and waits until every rank answers GetInfo, or the deadline passes.
+  // Spawns a fresh group and waits until every rank reports ready; each startup phase of a rank
+  // (answering, joining the communicator, loading) must finish within `deadline`.
   absl::Status Start(absl::Duration deadline);
+  // Called with (rank, layers loaded, layers total) as a rank loads its weights.
+  void OnLoadProgress(std::function<void(int, int, int)> progress) { progress_ = std::move(progress); }
   // Asks every rank to shut down, waits up to `grace`, then SIGKILLs the rest; reaps all.
   void Stop(absl::Duration grace);
   // SIGKILLs every rank and reaps them (a broken group cannot be trusted to stop itself).
@@ -53,6 +56,7 @@ class Supervisor {
 
   SupervisorOptions options_;
   DeathCallback on_death_;
+  std::function<void(int, int, int)> progress_;
   int generation_ = 0;
   mutable std::mutex mu_;
   std::vector<pid_t> pids_;  // 0 once reaped

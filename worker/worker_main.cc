@@ -64,16 +64,41 @@ absl::StatusOr<std::string> ModelFingerprint(const std::string& dir, const Tenso
   return Sha256Hex(all);
 }
 
+// Serves from the start of the process, so the coordinator can watch startup: GetInfo reports the
+// phase (and loading progress) until the engine is ready; Run refuses until then.
 class WorkerService final : public wv1::Worker::Service {
  public:
-  WorkerService(Engine& engine, wv1::WorkerInfo info) : engine_(engine), info_(std::move(info)) {}
+  explicit WorkerService(wv1::WorkerInfo info) : info_(std::move(info)) { info_.set_phase("connecting"); }
+
+  void SetLoading(int done, int total) {
+    std::lock_guard<std::mutex> l(info_mu_);
+    info_.set_phase("loading");
+    info_.set_layers_loaded(done);
+    info_.set_layers_total(total);
+  }
+  void SetReady(Engine* engine, const wv1::WorkerInfo& info) {
+    std::lock_guard<std::mutex> l(info_mu_);
+    const int loaded = info_.layers_loaded(), total = info_.layers_total();
+    info_ = info;
+    info_.set_phase("ready");
+    info_.set_layers_loaded(loaded);
+    info_.set_layers_total(total);
+    engine_ = engine;
+  }
 
   grpc::Status GetInfo(grpc::ServerContext*, const wv1::GetInfoRequest*, wv1::WorkerInfo* out) override {
+    std::lock_guard<std::mutex> l(info_mu_);
     *out = info_;
     return grpc::Status::OK;
   }
 
   grpc::Status Run(grpc::ServerContext* ctx, const wv1::RunRequest* req, grpc::ServerWriter<wv1::RunEvent>* writer) override {
+    Engine* engine_ptr;
+    {
+      std::lock_guard<std::mutex> l(info_mu_);
+      engine_ptr = engine_;
+      if (engine_ptr == nullptr) return {grpc::StatusCode::UNAVAILABLE, "worker: still " + info_.phase()};
+    }
     std::unique_lock<std::mutex> busy(run_mu_, std::try_to_lock);
     if (!busy.owns_lock()) return {grpc::StatusCode::FAILED_PRECONDITION, "worker: a request is already running"};
     RunSpec spec;
@@ -103,7 +128,7 @@ class WorkerService final : public wv1::Worker::Service {
         cv.notify_one();
       };
       auto cancelled = [&] { return cancel_.load() || ctx->IsCancelled(); };
-      absl::StatusOr<RunResult> result = engine_.Run(spec, emit, cancelled);
+      absl::StatusOr<RunResult> result = engine_ptr->Run(spec, emit, cancelled);
       std::lock_guard<std::mutex> l(mu);
       r = std::move(result);
       finished = true;
@@ -123,7 +148,7 @@ class WorkerService final : public wv1::Worker::Service {
     engine.join();
     current_.store(0);
     if (!r.ok()) {
-      LOG(ERROR) << "rank " << info_.rank() << ": request " << spec.request_id << " failed: " << r.status();
+      LOG(ERROR) << "rank " << rank_ << ": request " << spec.request_id << " failed: " << r.status();
       // A broken collective leaves the communicator unusable: report, then leave.
       if (absl::IsUnavailable(r.status()) || absl::IsDeadlineExceeded(r.status()) || absl::IsInternal(r.status())) {
         std::thread([] {
@@ -163,8 +188,10 @@ class WorkerService final : public wv1::Worker::Service {
   }
 
  private:
-  Engine& engine_;
+  std::mutex info_mu_;
   wv1::WorkerInfo info_;
+  Engine* engine_ = nullptr;
+  const int rank_ = absl::GetFlag(FLAGS_rank);
   std::mutex run_mu_;
   std::atomic<uint64_t> current_{0};
   std::atomic<bool> cancel_{false};
@@ -188,6 +215,25 @@ absl::Status Main() {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  wv1::WorkerInfo info;
+  info.set_rank(rank);
+  info.set_world(world);
+  info.set_pid(getpid());
+  info.set_device("cpu");
+  WorkerService service(info);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) return absl::UnavailableError(absl::StrCat("cannot serve on unix:", socket));
+  LOG(INFO) << "rank " << rank << ": serving on unix:" << socket << "; joining the communicator";
+  std::thread([&service, signals] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    LOG(INFO) << "signal " << sig << "; stopping";
+    service.RequestStop();
+  }).detach();
+
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
   ASSIGN_OR_RETURN(std::unique_ptr<TensorStore> store, TensorStore::Open(dir));
   std::unique_ptr<Communicator> comm = MakeSoloCommunicator();  // one rank needs no transport
@@ -197,17 +243,14 @@ absl::Status Main() {
                                         .timeout_ms = absl::GetFlag(FLAGS_comm_timeout_ms)}));
   }
   LOG(INFO) << "rank " << rank << "/" << world << ": communicator " << comm->version() << " ready; loading " << dir;
+  service.SetLoading(0, config.num_layers);
   std::unique_ptr<Backend> backend = MakeCpuBackend();
-  ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(config, *store, *backend, {rank, world}));
+  ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(config, *store, *backend, {rank, world},
+                                                     [&](int done, int total) { service.SetLoading(done, total); }));
   Model model(config, std::move(weights), *backend, *comm);
   const int64_t max_context = std::min<int64_t>(absl::GetFlag(FLAGS_max_context), config.max_position_embeddings);
   Engine engine(model, max_context, config.vocab_size);
 
-  wv1::WorkerInfo info;
-  info.set_rank(rank);
-  info.set_world(world);
-  info.set_pid(getpid());
-  info.set_device("cpu");
   ASSIGN_OR_RETURN(std::string build_id, Sha256File("/proc/self/exe"));
   info.set_build_id(build_id);
   bool synthetic = false;
@@ -218,20 +261,8 @@ absl::Status Main() {
   info.set_activation_dtype(std::string(DTypeName(backend->act_dtype())));
   info.set_max_context(max_context);
   info.set_vocab_size(static_cast<int32_t>(config.vocab_size));
-
-  WorkerService service(engine, info);
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server) return absl::UnavailableError(absl::StrCat("cannot serve on unix:", socket));
-  LOG(INFO) << "rank " << rank << ": serving on unix:" << socket;
-  std::thread([&service, signals] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    LOG(INFO) << "signal " << sig << "; stopping";
-    service.RequestStop();
-  }).detach();
+  service.SetReady(&engine, info);
+  LOG(INFO) << "rank " << rank << ": ready";
   service.WaitForStop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   LOG(INFO) << "rank " << rank << ": stopped";

@@ -380,7 +380,7 @@ absl::StatusOr<std::string> DetectPrefix(const TensorStore& store) {
 }  // namespace
 
 absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& c, const TensorStore& store, Backend& backend,
-                                         const ShardSpec& s) {
+                                         const ShardSpec& s, const std::function<void(int, int)>& progress) {
   if (s.world < 1 || s.rank < 0 || s.rank >= s.world) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", s.rank, " outside a TP group of ", s.world));
   }
@@ -412,6 +412,7 @@ absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& c, const TensorStore
       l.ple = std::move(ple);
     }
     m.layers.push_back(std::move(l));
+    if (progress) progress(i + 1, c.num_layers);
   }
   RETURN_IF_ERROR(L.CheckAllUsed());
   return m;

@@ -3,6 +3,7 @@
 // config, sliced for the rank (DESIGN.md §3) and handed to the backend.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,7 +85,9 @@ struct ModelWeights {
 // Loads and slices every tensor. Fails with a message naming the tensor on a missing or
 // unexpected tensor, a wrong shape or dtype, a shard count the geometry cannot split, or PLE
 // hash buffers that differ from the constants the config derives.
+// `progress(layers_done, layers_total)` is called after each layer, for startup reporting.
 absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& config, const TensorStore& store,
-                                         Backend& backend, const ShardSpec& shard);
+                                         Backend& backend, const ShardSpec& shard,
+                                         const std::function<void(int, int)>& progress = nullptr);
 
 }  // namespace q38
