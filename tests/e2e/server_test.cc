@@ -329,30 +329,42 @@ TEST(ServerLifecycle, AdminShutdownAndNewRequestsRefused) {
   EXPECT_EQ(s.SignalAndWait(0 /* just wait */), 0);
 }
 
-TEST(ServerLifecycle, WorkerKilledMidStreamIsUnavailableAndLeavesNoOrphans) {
-  Server s;
-  ASSERT_TRUE(s.ready());
-  const auto workers = s.WorkerPids();
-  ASSERT_EQ(workers.size(), 4u);
+// Starts a long generation, sends `sig` to one worker once the first token arrived, and returns
+// how the stream ended and how long that took after the signal.
+std::pair<grpc::StatusCode, std::chrono::steady_clock::duration> SignalWorkerMidStream(Server& s, pid_t worker, int sig) {
   v1::GenerateRequest req = TokensRequest(kPrompt, 3000);
   req.set_ignore_eos(true);
   grpc::ClientContext ctx;
   auto reader = s.api().Generate(&ctx, req);
   v1::GenerateResponse resp;
-  ASSERT_TRUE(reader->Read(&resp));
+  EXPECT_TRUE(reader->Read(&resp));
   const auto t0 = std::chrono::steady_clock::now();
-  kill(workers[2], SIGKILL);
+  kill(worker, sig);
   while (reader->Read(&resp)) {
   }
-  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
-  EXPECT_EQ(s.SignalAndWait(0), 4);  // policy exit: the server goes down non-zero
-  EXPECT_TRUE(AllGone(workers, 3000));
+  const grpc::StatusCode code = reader->Finish().error_code();
+  return {code, std::chrono::steady_clock::now() - t0};
+}
+
+std::string ReadLog(const Server& s) {
   std::ifstream log(s.log_path());
   std::stringstream ss;
   ss << log.rdbuf();
-  EXPECT_NE(ss.str().find("rank 2"), std::string::npos);
-  EXPECT_NE(ss.str().find("killed by signal 9"), std::string::npos);
+  return ss.str();
+}
+
+TEST(ServerLifecycle, WorkerKilledMidStreamIsUnavailableAndLeavesNoOrphans) {
+  Server s;
+  ASSERT_TRUE(s.ready());
+  const auto workers = s.WorkerPids();
+  ASSERT_EQ(workers.size(), 4u);
+  const auto [code, took] = SignalWorkerMidStream(s, workers[2], SIGKILL);
+  EXPECT_EQ(code, grpc::StatusCode::UNAVAILABLE);
+  EXPECT_LT(took, std::chrono::seconds(3));
+  EXPECT_EQ(s.SignalAndWait(0), 4);  // policy exit: the server goes down non-zero
+  EXPECT_TRUE(AllGone(workers, 3000));
+  EXPECT_NE(ReadLog(s).find("rank 2"), std::string::npos);
+  EXPECT_NE(ReadLog(s).find("killed by signal 9"), std::string::npos);
 }
 
 TEST(ServerLifecycle, StuckCollectiveFailsTheRequestInsteadOfHanging) {
@@ -360,19 +372,10 @@ TEST(ServerLifecycle, StuckCollectiveFailsTheRequestInsteadOfHanging) {
   ASSERT_TRUE(s.ready());
   const auto workers = s.WorkerPids();
   ASSERT_EQ(workers.size(), 4u);
-  v1::GenerateRequest req = TokensRequest(kPrompt, 3000);
-  req.set_ignore_eos(true);
-  grpc::ClientContext ctx;
-  auto reader = s.api().Generate(&ctx, req);
-  v1::GenerateResponse resp;
-  ASSERT_TRUE(reader->Read(&resp));
   // A frozen rank: its peers' collectives time out, they fail the request and leave.
-  kill(workers[3], SIGSTOP);
-  const auto t0 = std::chrono::steady_clock::now();
-  while (reader->Read(&resp)) {
-  }
-  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  const auto [code, took] = SignalWorkerMidStream(s, workers[3], SIGSTOP);
+  EXPECT_EQ(code, grpc::StatusCode::UNAVAILABLE);
+  EXPECT_LT(took, std::chrono::seconds(10));
   EXPECT_EQ(s.SignalAndWait(0), 4);
   kill(workers[3], SIGCONT);
   EXPECT_TRUE(AllGone(workers, 3000));
@@ -406,10 +409,7 @@ TEST(ServerLifecycle, RefusesRanksBuiltDifferently) {
   Server s({.extra_flags = {"--worker_binary=" + wrapper}});
   EXPECT_FALSE(s.ready());
   EXPECT_EQ(s.SignalAndWait(0), 3);
-  std::ifstream log(s.log_path());
-  std::stringstream ss;
-  ss << log.rdbuf();
-  EXPECT_NE(ss.str().find("refusing to serve: FAILED_PRECONDITION: rank 2 runs build"), std::string::npos) << ss.str();
+  EXPECT_NE(ReadLog(s).find("refusing to serve: FAILED_PRECONDITION: rank 2 runs build"), std::string::npos) << ReadLog(s);
   std::filesystem::remove_all(dir);
 }
 
