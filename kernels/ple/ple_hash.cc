@@ -5,8 +5,6 @@
 namespace q38 {
 namespace {
 
-constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
-
 bool IsPrime(int64_t n) {
   if (n < 2) return false;
   for (int64_t d = 2; d * d <= n; ++d) {
@@ -16,13 +14,6 @@ bool IsPrime(int64_t n) {
 }
 
 }  // namespace
-
-uint64_t SplitMix64(uint64_t v) {
-  v += kGamma;
-  v = (v ^ (v >> 30)) * 0xBF58476D1CE4E5B9ull;
-  v = (v ^ (v >> 27)) * 0x94D049BB133111EBull;
-  return v ^ (v >> 31);
-}
 
 int64_t NextPrime(int64_t n) {
   int64_t c = n + 1;
@@ -37,7 +28,7 @@ PleHash PleHash::Derive(const PleHashParams& p) {
   const uint64_t half_bound = static_cast<uint64_t>(multiplier_max / 2);
   const uint64_t base_seed = p.seed + 10007ull * static_cast<uint64_t>(p.layer_index);
   for (int j = 0; j < p.ngram_size; ++j) {
-    const uint64_t mixed = SplitMix64(base_seed + kGamma * static_cast<uint64_t>(j + 1));
+    const uint64_t mixed = SplitMix64(base_seed + kSplitMix64Gamma * static_cast<uint64_t>(j + 1));
     h.multipliers.push_back(static_cast<int64_t>(2 * (mixed % half_bound) + 1));
   }
   // Head g takes the (g+1)-th prime above base−1, counting over all PLE modules' heads.

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/splitmix64.h"
+
 namespace q38 {
 
 struct PleHashParams {
@@ -27,8 +29,6 @@ struct PleHash {
   static PleHash Derive(const PleHashParams& p);
   int heads() const { return static_cast<int>(head_sizes.size()); }
 };
-
-uint64_t SplitMix64(uint64_t v);
 
 // The smallest prime strictly greater than n.
 int64_t NextPrime(int64_t n);

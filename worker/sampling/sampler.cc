@@ -125,14 +125,7 @@ std::vector<int32_t> TopP(const std::vector<int32_t>& ids, const std::vector<dou
 
 }  // namespace
 
-uint64_t SplitMix64Mix(uint64_t v) {
-  v += 0x9E3779B97F4A7C15ull;
-  v = (v ^ (v >> 30)) * 0xBF58476D1CE4E5B9ull;
-  v = (v ^ (v >> 27)) * 0x94D049BB133111EBull;
-  return v ^ (v >> 31);
-}
-
-uint64_t CounterRng::Bits(uint64_t step) const { return SplitMix64Mix(seed_ ^ SplitMix64Mix(step)); }
+uint64_t CounterRng::Bits(uint64_t step) const { return SplitMix64(seed_ ^ SplitMix64(step)); }
 
 double CounterRng::Uniform(uint64_t step) const {
   return static_cast<double>(Bits(step) >> 11) * 0x1.0p-53;

@@ -32,6 +32,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "common/splitmix64.h"
 
 namespace q38 {
 
@@ -45,16 +46,12 @@ struct SamplingParams {
 // How far below top_p the running probability sum may stop (step 5 above).
 inline constexpr double kTopPSlack = 1e-6;
 
-// SplitMix64 (Steele, Lea & Flood): one step of the generator seeded with v, i.e. the
-// finalizer applied to v + 0x9E3779B97F4A7C15.
-uint64_t SplitMix64Mix(uint64_t v);
-
 // A counter-based uniform stream: the draw for counter `step` depends only on (seed, step).
 class CounterRng {
  public:
   explicit CounterRng(uint64_t seed) : seed_(seed) {}
 
-  // SplitMix64Mix(seed ^ SplitMix64Mix(step)).
+  // SplitMix64(seed ^ SplitMix64(step)).
   uint64_t Bits(uint64_t step) const;
   // (Bits(step) >> 11) · 2^-53: a multiple of 2^-53 in [0, 1).
   double Uniform(uint64_t step) const;

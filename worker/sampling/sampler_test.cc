@@ -89,7 +89,7 @@ std::vector<float> LogProbs(const std::vector<double>& probs) {
 std::vector<float> PseudoRandomLogits(int64_t n, uint64_t salt, float scale) {
   std::vector<float> l(n);
   for (int64_t i = 0; i < n; ++i) {
-    const uint64_t bits = SplitMix64Mix(salt * 1000003u + static_cast<uint64_t>(i));
+    const uint64_t bits = SplitMix64(salt * 1000003u + static_cast<uint64_t>(i));
     l[i] = scale * (static_cast<float>(bits >> 40) / static_cast<float>(1 << 24) - 0.5f);
   }
   return l;
@@ -159,9 +159,9 @@ int32_t ReferenceSample(const std::vector<float>& logits, int64_t valid_vocab, c
 
 TEST(CounterRng, SplitMix64AndUniform) {
   // The first output of the reference SplitMix64 generator seeded with 0.
-  EXPECT_EQ(SplitMix64Mix(0), 0xE220A8397B1DCDAFull);
+  EXPECT_EQ(SplitMix64(0), 0xE220A8397B1DCDAFull);
   const CounterRng rng(42);
-  EXPECT_EQ(rng.Bits(7), SplitMix64Mix(42 ^ SplitMix64Mix(7)));
+  EXPECT_EQ(rng.Bits(7), SplitMix64(42 ^ SplitMix64(7)));
   EXPECT_EQ(rng.Uniform(7), static_cast<double>(rng.Bits(7) >> 11) / 9007199254740992.0);
   double sum = 0;
   for (uint64_t s = 0; s < 10000; ++s) {
