@@ -197,7 +197,8 @@ grpc::Status Q38Service::Generate(grpc::ServerContext* ctx, const v1::GenerateRe
 
 grpc::Status AdminService::Drain(grpc::ServerContext* ctx, const v1::DrainRequest*, v1::DrainResponse* out) {
   if (!IsLocalPeer(ctx->peer())) return {grpc::StatusCode::PERMISSION_DENIED, "admin calls only from loopback"};
-  drain_();
+  scheduler_.Drain(Clock::now());  // admission stops before this call returns
+  drain_();                         // health and state follow on the control thread
   out->set_in_flight(scheduler_.running());
   out->set_waiting(scheduler_.waiting());
   return grpc::Status::OK;
