@@ -5,12 +5,6 @@
 #include "grpcpp/grpcpp.h"
 
 namespace q38 {
-namespace {
-
-double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-}  // namespace
-
 Scheduler::Scheduler(Supervisor& supervisor, Metrics& metrics, size_t queue_size, int64_t prefill_chunk)
     : supervisor_(supervisor), metrics_(metrics), queue_size_(queue_size), prefill_chunk_(prefill_chunk),
       thread_([this] { Loop(); }) {}

@@ -37,6 +37,18 @@ float ReadFloat(const TensorView& v, int64_t i) {
   }
 }
 
+// FP32 values of the given row ranges of `v` seen as [rows, row_len], columns
+// [cols.first, +cols.second) of each row, concatenated.
+std::vector<float> GatherFloats(const TensorView& v, const Ranges& rows, int64_t row_len, Range cols) {
+  std::vector<float> out;
+  for (auto [begin, count] : rows) {
+    for (int64_t r = begin; r < begin + count; ++r) {
+      for (int64_t c = cols.first; c < cols.first + cols.second; ++c) out.push_back(ReadFloat(v, r * row_len + c));
+    }
+  }
+  return out;
+}
+
 // Reads tensors by name from the store, checking each against the shape the config implies, and
 // remembers what it read so that anything left over can be reported.
 class Loader {
@@ -73,14 +85,9 @@ class Loader {
     const int64_t row_len = v->numel() / std::max<int64_t>(n_rows, 1);
     if (rows.empty()) rows = {{0, n_rows}};
     if (cols.second < 0) cols = {0, row_len};
-    std::vector<float> out;
+    const std::vector<float> out = GatherFloats(*v, rows, row_len, cols);
     int64_t total_rows = 0;
-    for (auto [begin, count] : rows) {
-      for (int64_t r = begin; r < begin + count; ++r) {
-        for (int64_t c = cols.first; c < cols.first + cols.second; ++c) out.push_back(ReadFloat(*v, r * row_len + c));
-      }
-      total_rows += count;
-    }
+    for (auto [begin, count] : rows) total_rows += count;
     std::vector<int64_t> out_shape = shape;
     if (out_shape.empty()) out_shape = {1};
     out_shape[0] = total_rows;
@@ -273,20 +280,11 @@ absl::StatusOr<ExpertWeights> LoadDenseExperts(Loader& L, const ModelConfig& c, 
   // Read as 2-D [E·rows, cols] views of the 3-D tensors.
   ASSIGN_OR_RETURN(const TensorView* gu, L.Get(p + "experts.gate_up_proj", {E, 2 * I, H}, {DType::kBF16, DType::kF16, DType::kF32}));
   ASSIGN_OR_RETURN(const TensorView* dn, L.Get(p + "experts.down_proj", {E, H, I}, {DType::kBF16, DType::kF16, DType::kF32}));
-  auto gather = [](const TensorView& v, const Ranges& rows, int64_t row_len, Range cols) {
-    std::vector<float> out;
-    for (auto [begin, count] : rows) {
-      for (int64_t r = begin; r < begin + count; ++r) {
-        for (int64_t col = cols.first; col < cols.first + cols.second; ++col) out.push_back(ReadFloat(v, r * row_len + col));
-      }
-    }
-    return out;
-  };
   ExpertWeights x;
   x.nvfp4 = false;
   x.intermediate = Il;
-  x.dense.gate_up = L.backend().Upload(gather(*gu, gu_rows, H, {0, H}), {E, 2 * Il, H});
-  x.dense.down = L.backend().Upload(gather(*dn, dn_rows, I, {s.rank * Il, Il}), {E, H, Il});
+  x.dense.gate_up = L.backend().Upload(GatherFloats(*gu, gu_rows, H, {0, H}), {E, 2 * Il, H});
+  x.dense.down = L.backend().Upload(GatherFloats(*dn, dn_rows, I, {s.rank * Il, Il}), {E, H, Il});
   return x;
 }
 
