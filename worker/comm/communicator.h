@@ -41,7 +41,8 @@ namespace q38 {
 
 // Gloo over TCP for CPU worker processes. The rendezvous is a directory every rank can reach (a
 // file store); `prefix` keeps separate groups in one directory apart. Every collective, and the
-// rendezvous itself, fails with DEADLINE_EXCEEDED or UNAVAILABLE rather than hanging.
+// rendezvous itself, fails with DEADLINE_EXCEEDED or UNAVAILABLE rather than hanging. Connecting
+// sets SIGPIPE to ignored for the process, so a dead peer is an error, not a signal.
 struct GlooOptions {
   int rank = 0;
   int size = 1;

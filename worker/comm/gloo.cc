@@ -10,6 +10,7 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <csignal>
 #include <chrono>
 #include <exception>
 
@@ -83,6 +84,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const GlooOptions& o) 
   if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
     return absl::InvalidArgumentError(absl::StrCat("gloo: rank ", o.rank, " outside a group of ", o.size));
   }
+  // Gloo writes to plain TCP sockets: a peer that died would raise SIGPIPE and kill this process
+  // instead of failing the collective with a status.
+  signal(SIGPIPE, SIG_IGN);
   std::shared_ptr<gloo::rendezvous::Context> ctx;
   absl::Status s = Guard("rendezvous", [&] {
     gloo::transport::tcp::attr attr(o.hostname.c_str());
