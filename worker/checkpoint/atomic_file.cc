@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/status.h"
 
 namespace q38 {
 namespace {
@@ -62,6 +63,13 @@ absl::Status AtomicFileWriter::Commit() {
   }
   committed_ = true;
   return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  AtomicFileWriter w(path);
+  RETURN_IF_ERROR(w.Open());
+  RETURN_IF_ERROR(w.Append(text.data(), text.size()));
+  return w.Commit();
 }
 
 }  // namespace q38

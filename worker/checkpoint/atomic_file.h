@@ -29,4 +29,7 @@ class AtomicFileWriter {
   bool committed_ = false;
 };
 
+// The whole of `text` through an AtomicFileWriter.
+absl::Status WriteFileAtomically(const std::string& path, const std::string& text);
+
 }  // namespace q38

@@ -11,6 +11,7 @@
 #include "nlohmann/json.hpp"
 #include "worker/checkpoint/atomic_file.h"
 #include "worker/checkpoint/safetensors_writer.h"
+#include "worker/model/modelopt_config.h"
 
 namespace q38 {
 namespace {
@@ -193,26 +194,6 @@ void AddPle(Builder& b, const ModelConfig& c, const std::string& p, bool fp8, ui
   }
 }
 
-absl::Status WriteText(const std::string& path, const std::string& text) {
-  AtomicFileWriter w(path);
-  RETURN_IF_ERROR(w.Open());
-  RETURN_IF_ERROR(w.Append(text.data(), text.size()));
-  return w.Commit();
-}
-
-nlohmann::ordered_json QuantizationConfig() {
-  return {{"quant_method", "modelopt"},
-          {"quant_algo", "NVFP4"},
-          {"config_groups",
-           {{"group_0",
-             {{"weights", {{"num_bits", 4}, {"type", "float"}, {"group_size", 16}}},
-              {"input_activations", {{"num_bits", 4}, {"type", "float"}, {"group_size", 16}}},
-              {"targets", {"Linear"}}}}}},
-          {"ignore",
-           {"model.embed_tokens", "mtp.*", "model.mtp.*", "*.self_attn.*", "*.linear_attn.*", "*.mlp.gate*",
-            "*.mlp.shared_expert.*", "*hyper_connection*", "*.ple.*", "lm_head"}}};
-}
-
 // GPT-2's byte-level alphabet: printable bytes stand for themselves, the others for U+0100 on.
 std::string ByteSymbol(int byte) {
   const bool printable = (byte >= 33 && byte <= 126) || (byte >= 161 && byte <= 172) || (byte >= 174 && byte <= 255);
@@ -263,10 +244,10 @@ absl::Status WriteByteTokenizer(const ModelConfig& c, const std::string& dir) {
       {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
                  {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
                  {"vocab", vocab}, {"merges", nlohmann::ordered_json::array()}}}};
-  RETURN_IF_ERROR(WriteText(dir + "/tokenizer.json", tok.dump(2) + "\n"));
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/tokenizer.json", tok.dump(2) + "\n"));
   nlohmann::ordered_json config = {{"tokenizer_class", "Qwen2Tokenizer"}, {"eos_token", "<|endoftext|>"},
                                    {"pad_token", "<|endoftext|>"}, {"bos_token", nullptr}, {"model_max_length", c.max_position_embeddings}};
-  return WriteText(dir + "/tokenizer_config.json", config.dump(2) + "\n");
+  return WriteFileAtomically(dir + "/tokenizer_config.json", config.dump(2) + "\n");
 }
 
 }  // namespace
@@ -297,23 +278,18 @@ absl::Status GenerateCheckpoint(const ModelConfig& c, const GeneratorOptions& o,
 
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(ModelConfigJson(c));
   if (!o.fp8_ple) config["text_config"].erase("ple_embedding_dtype");
-  if (o.nvfp4_experts) config["quantization_config"] = QuantizationConfig();
+  if (o.nvfp4_experts) config["quantization_config"] = Nvfp4QuantizationConfig();
   config["q38_synthetic"] = {{"seed", o.seed}, {"generator", "q38 GenerateCheckpoint"}};
-  RETURN_IF_ERROR(WriteText(dir + "/config.json", config.dump(2) + "\n"));
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/config.json", config.dump(2) + "\n"));
   GenerationConfig g;
   g.eos_token_ids = c.eos_token_ids;
   g.do_sample = true;
   g.temperature = 1.0;
   g.top_p = 0.95;
   g.top_k = 20;
-  RETURN_IF_ERROR(WriteText(dir + "/generation_config.json", GenerationConfigJson(g)));
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/generation_config.json", GenerationConfigJson(g)));
   if (o.nvfp4_experts) {
-    nlohmann::ordered_json hf = {
-        {"producer", {{"name", "modelopt"}}},
-        {"quantization",
-         {{"quant_algo", "NVFP4"}, {"group_size", 16}, {"kv_cache_quant_algo", nullptr},
-          {"exclude_modules", QuantizationConfig()["ignore"]}}}};
-    RETURN_IF_ERROR(WriteText(dir + "/hf_quant_config.json", hf.dump(2) + "\n"));
+    RETURN_IF_ERROR(WriteFileAtomically(dir + "/hf_quant_config.json", Nvfp4HfQuantConfig().dump(2) + "\n"));
   }
   if (o.byte_tokenizer) RETURN_IF_ERROR(WriteByteTokenizer(c, dir));
   return absl::OkStatus();
