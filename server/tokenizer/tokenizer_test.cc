@@ -73,11 +73,11 @@ std::string Show(const std::vector<int32_t>& ids) {
   return s;
 }
 
-// Checks `tok` against the fixture strings of variant `v`; returns how many were checked.
-int CheckParity(const Tokenizer* tok, int v) {
+// Checks `tok` against the strings of variant `v` of `fixture`; returns how many were checked.
+int CheckParity(const Tokenizer* tok, int v, const tokenizer_test::ParityFixture& fixture = F().parity) {
   if (tok == nullptr) return 0;
   int checked = 0, bad = 0;
-  for (const ParityCase& c : F().parity.strings) {
+  for (const ParityCase& c : fixture.strings) {
     if (c.variant != v) continue;
     ++checked;
     auto got = tok->Encode(c.text);
@@ -100,7 +100,7 @@ int CheckParity(const Tokenizer* tok, int v) {
       ADD_FAILURE() << "variant " << v << ": decode differs for " << Quote(c.text) << ": " << Quote(decoded);
     }
   }
-  EXPECT_EQ(bad, 0) << "mismatches in variant " << F().parity.variant_names[v];
+  EXPECT_EQ(bad, 0) << "mismatches in variant " << fixture.variant_names[v];
   return checked;
 }
 
@@ -108,6 +108,15 @@ TEST(TokenizerParity, QwenIdsMatchHuggingFace) {
   const int n = CheckParity(F().qwen.get(), 0);
   EXPECT_GE(n, 2000);
   std::printf("checked %d strings against HF tokenizers %s\n", n, F().parity.tokenizers_version.c_str());
+}
+
+// The small trained model's tokenizer (train/tokenizer/, Qwen's pipeline with a 4,000-token BPE).
+TEST(TokenizerParity, SmallModelIdsMatchHuggingFace) {
+  auto tok = Tokenizer::FromDirectory(SourceDir() + "/train/tokenizer");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const auto fixture = tokenizer_test::LoadParityFixture(FixtureDir() + "/small_parity.jsonl");
+  EXPECT_GE(CheckParity(tok->get(), 0, fixture), 2400);
+  EXPECT_EQ((*tok)->Encode("<|im_end|>")->front(), 4002);
 }
 
 TEST(TokenizerParity, VariantAddedTokenFlags) { EXPECT_GT(CheckParity(F().Variant(1).get(), 1), 200); }
