@@ -6,6 +6,7 @@ sequence). Labels are -100 except on what the model must produce: the answer of 
 only on (seed, i), so a resumed run continues the same stream.
 """
 
+import collections
 import itertools
 import multiprocessing as mp
 import os
@@ -65,13 +66,23 @@ def _chunk(args):
     return ids[order], labels[order]
 
 
+def _prefetched(jobs, workers):
+    """Chunks in order from a process pool, at most 2·workers ahead (Pool.imap would run ahead
+    without bound on an endless stream)."""
+    pool = mp.get_context("fork").Pool(workers)
+    pending = collections.deque(pool.apply_async(_chunk, (next(jobs),)) for _ in range(2 * workers))
+    while True:
+        result = pending.popleft().get()
+        pending.append(pool.apply_async(_chunk, (next(jobs),)))
+        yield result
+
+
 def batches(seed, T, batch, start_row=0, workers=0):
     """Endless (ids, labels) int64 arrays [batch, T], starting at row `start_row`."""
     assert batch % ROWS_PER_CHUNK == 0 or ROWS_PER_CHUNK % batch == 0
     first = start_row // ROWS_PER_CHUNK
     jobs = ((seed, c, T) for c in itertools.count(first))
-    pool = mp.get_context("fork").Pool(workers) if workers > 0 else None
-    chunks = pool.imap(_chunk, jobs, chunksize=1) if pool else map(_chunk, jobs)
+    chunks = _prefetched(jobs, workers) if workers > 0 else map(_chunk, jobs)
     ids_buf, lab_buf = [], []
     skip = start_row - first * ROWS_PER_CHUNK
     for ids, labels in chunks:
