@@ -223,15 +223,16 @@ def markdown(report):
              f"template), the checkpoint's sampling, natural EOS; {report['n']} per kind (seed 0 of the eval split, "
              f"retrieval with the record at the middle). *answer*: EOS and the last line after `</think>` is the "
              f"expected one; *exact*: EOS and the whole completion is the curriculum's.", "",
-             "| kind | target | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+             "| kind | n | target | " + " | ".join(cols) + " |", "|---|---|---|" + "---|" * len(cols)]
+    cell = lambda s, k, f: "—" if k not in s["kinds"] else f(s["kinds"][k])  # noqa: E731
     for k in kinds:
-        cells = []
-        for s in runs:
-            v = s["kinds"].get(k)
-            cells.append("—" if v is None else
-                         f"{pct(v['answer'])} (exact {pct(v['exact'])}, EOS {pct(v['natural_eos'])}, n {v['n']})")
+        n = max(s["kinds"].get(k, {}).get("n", 0) for s in runs)
         target = f"≥ {pct(TARGETS[k])}" if k in TARGETS else ""
-        lines.append(f"| {k} | {target} | " + " | ".join(cells) + " |")
+        lines.append(f"| {k} | {n} | {target} | " + " | ".join(cell(s, k, lambda v: pct(v["answer"])) for s in runs) + " |")
+    lines += ["", "*exact* / natural EOS:", "", "| kind | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for k in kinds:
+        lines.append(f"| {k} | " + " | ".join(
+            cell(s, k, lambda v: f"{pct(v['exact'])} / {pct(v['natural_eos'])}") for s in runs) + " |")
     lines += ["", "| run | sampling | startup s | requests s | model fingerprint |", "|---|---|---|---|---|"]
     for c, s in zip(cols, runs):
         lines.append(f"| {c} | {s['sampling']} | {s['startup_s']} | {s['requests_s']} | `{s['fingerprint']}` |")
