@@ -17,7 +17,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/config.h"
 #include "common/sha256.h"
 #include "glog/logging.h"
@@ -29,7 +31,8 @@
 ABSL_FLAG(std::string, model, "", "checkpoint directory");
 ABSL_FLAG(int32_t, tp, 1, "tensor-parallel ranks, one worker process each");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
-ABSL_FLAG(std::string, gpus, "", "GPU indices for --device cuda, one per rank (e.g. 0,1,2,3)");
+ABSL_FLAG(std::string, gpus, "", "GPU indices for --device cuda, one per rank (e.g. 0,1,2,3; default 0..tp-1)");
+ABSL_FLAG(bool, decode_graph, true, "workers replay each decode step as a CUDA graph");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address");
 ABSL_FLAG(std::string, metrics, "127.0.0.1:9090", "Prometheus /metrics address; empty to disable");
 ABSL_FLAG(int32_t, queue_size, 16, "requests that may wait while one runs");
@@ -118,13 +121,33 @@ v1::Manifest MakeManifest(const std::vector<worker::v1::WorkerInfo>& infos, cons
   return m;
 }
 
+// --gpus as one index per rank; empty means rank r on GPU r.
+absl::StatusOr<std::vector<int>> ParseGpus(const std::string& text, int tp) {
+  std::vector<int> gpus;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int g;
+    if (!absl::SimpleAtoi(part, &g) || g < 0) return absl::InvalidArgumentError("--gpus: not a GPU index: " + std::string(part));
+    gpus.push_back(g);
+  }
+  if (gpus.empty()) {
+    for (int r = 0; r < tp; ++r) gpus.push_back(r);
+  }
+  if (static_cast<int>(gpus.size()) != tp) {
+    return absl::InvalidArgumentError(absl::StrCat("--gpus names ", gpus.size(), " GPUs for --tp ", tp));
+  }
+  return gpus;
+}
+
 int Run() {
   const std::string model = absl::GetFlag(FLAGS_model), policy = absl::GetFlag(FLAGS_restart_policy);
   const int tp = absl::GetFlag(FLAGS_tp);
   if (model.empty()) return LOG(ERROR) << "--model is required", 1;
   if (tp < 1) return LOG(ERROR) << "--tp must be at least 1", 1;
   if (policy != "exit" && policy != "restart") return LOG(ERROR) << "--restart_policy must be exit or restart", 1;
-  if (absl::GetFlag(FLAGS_device) != "cpu") return LOG(ERROR) << "--device " << absl::GetFlag(FLAGS_device) << ": this build has only the cpu backend", 1;
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "cpu" && device != "cuda") return LOG(ERROR) << "--device must be cpu or cuda", 1;
+  absl::StatusOr<std::vector<int>> gpus = ParseGpus(absl::GetFlag(FLAGS_gpus), tp);
+  if (!gpus.ok()) return LOG(ERROR) << gpus.status(), 1;
   absl::StatusOr<ModelConfig> config = LoadModelConfig(model);
   if (!config.ok()) return LOG(ERROR) << config.status(), 1;
   absl::StatusOr<GenerationConfig> gen = LoadGenerationConfig(model);
@@ -162,7 +185,7 @@ int Run() {
   const int64_t max_context = std::min<int64_t>(absl::GetFlag(FLAGS_max_context), config->max_position_embeddings);
 
   int metrics_port = 0;
-  BuildInfo build{"0.1", "", Sha256File("/proc/self/exe").value_or(""), __VERSION__, "cpu", tp};
+  BuildInfo build{"0.1", "", Sha256File("/proc/self/exe").value_or(""), __VERSION__, device, tp};
   Metrics metrics(build);
   metrics.SetServerState("starting");
   if (!absl::GetFlag(FLAGS_metrics).empty()) {
@@ -173,7 +196,8 @@ int Run() {
   }
   for (int r = 0; r < tp; ++r) metrics.SetWorkerState(r, "starting");
 
-  Supervisor supervisor({worker, model, "cpu", run_dir, tp, max_context, absl::GetFlag(FLAGS_comm_timeout_ms)},
+  Supervisor supervisor({worker, model, device, *gpus, absl::GetFlag(FLAGS_decode_graph), run_dir, tp, max_context,
+                         absl::GetFlag(FLAGS_comm_timeout_ms)},
                         [&](int rank, const std::string& how) {
                           control.Post(Event::kWorkerDied, absl::StrCat("rank ", rank, " ", how));
                         });
@@ -226,7 +250,7 @@ int Run() {
   info.info.set_vocab_size(static_cast<int32_t>(config->vocab_size));
   info.info.set_max_context(static_cast<int32_t>(max_context));
   info.info.set_tp(tp);
-  info.info.set_device("cpu");
+  info.info.set_device(device);
   for (int64_t id : gen->eos_token_ids) info.info.add_eos_token_ids(static_cast<int32_t>(id));
   info.manifest = MakeManifest(supervisor.infos(), model, tp);
 

@@ -48,6 +48,8 @@ absl::Status Supervisor::Spawn(int rank, const std::string& rendezvous) {
       absl::StrCat("--world=", options_.tp),
       "--model=" + options_.model,
       "--device=" + options_.device,
+      absl::StrCat("--gpu=", options_.gpus.empty() ? rank : options_.gpus[rank]),
+      absl::StrCat("--decode_graph=", options_.decode_graph ? "true" : "false"),
       "--socket=" + socket,
       "--rendezvous=" + rendezvous,
       absl::StrCat("--group=g", generation_),

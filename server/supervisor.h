@@ -22,6 +22,8 @@ struct SupervisorOptions {
   std::string worker_binary;
   std::string model;
   std::string device = "cpu";
+  std::vector<int> gpus;      // with cuda: the GPU of each rank
+  bool decode_graph = true;
   std::string run_dir;  // sockets and the rendezvous live here
   int tp = 1;
   int64_t max_context = 4096;

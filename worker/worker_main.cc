@@ -21,11 +21,14 @@
 #include "nlohmann/json.hpp"
 #include "q38/worker/v1/worker.grpc.pb.h"
 #include "worker/engine/engine.h"
+#include "worker/rank_device.h"
 
 ABSL_FLAG(int32_t, rank, 0, "this worker's rank");
 ABSL_FLAG(int32_t, world, 1, "ranks in the group");
 ABSL_FLAG(std::string, model, "", "checkpoint directory");
-ABSL_FLAG(std::string, device, "cpu", "cpu (cuda comes with the CUDA backend)");
+ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
+ABSL_FLAG(int32_t, gpu, 0, "with --device cuda: the GPU ordinal this rank runs on");
+ABSL_FLAG(bool, decode_graph, true, "replay each decode step as a recorded graph (CUDA graphs on GPUs)");
 ABSL_FLAG(std::string, socket, "", "Unix socket to serve the worker protocol on");
 ABSL_FLAG(std::string, rendezvous, "", "directory of the communicator's file store");
 ABSL_FLAG(std::string, group, "q38", "prefix that keeps this group's rendezvous apart");
@@ -205,9 +208,6 @@ absl::Status Main() {
   const int rank = absl::GetFlag(FLAGS_rank), world = absl::GetFlag(FLAGS_world);
   const std::string dir = absl::GetFlag(FLAGS_model), socket = absl::GetFlag(FLAGS_socket);
   if (dir.empty() || socket.empty()) return absl::InvalidArgumentError("--model and --socket are required");
-  if (absl::GetFlag(FLAGS_device) != "cpu") {
-    return absl::UnimplementedError(absl::StrCat("--device ", absl::GetFlag(FLAGS_device), ": this build has only the cpu backend"));
-  }
   // SIGTERM and SIGINT end the worker through the same path as Shutdown.
   sigset_t signals;
   sigemptyset(&signals);
@@ -219,7 +219,7 @@ absl::Status Main() {
   info.set_rank(rank);
   info.set_world(world);
   info.set_pid(getpid());
-  info.set_device("cpu");
+  info.set_device(absl::GetFlag(FLAGS_device));
   WorkerService service(info);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
@@ -236,18 +236,18 @@ absl::Status Main() {
 
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
   ASSIGN_OR_RETURN(std::unique_ptr<TensorStore> store, TensorStore::Open(dir));
-  std::unique_ptr<Communicator> comm = MakeSoloCommunicator();  // one rank needs no transport
-  if (world > 1) {
-    ASSIGN_OR_RETURN(comm, ConnectGloo({.rank = rank, .size = world, .store_dir = absl::GetFlag(FLAGS_rendezvous),
-                                        .prefix = absl::GetFlag(FLAGS_group),
-                                        .timeout_ms = absl::GetFlag(FLAGS_comm_timeout_ms)}));
-  }
-  LOG(INFO) << "rank " << rank << "/" << world << ": communicator " << comm->version() << " ready; loading " << dir;
+  ASSIGN_OR_RETURN(RankDevice device,
+                   OpenRankDevice({.rank = rank, .world = world, .device = absl::GetFlag(FLAGS_device),
+                                   .gpu = absl::GetFlag(FLAGS_gpu), .rendezvous = absl::GetFlag(FLAGS_rendezvous),
+                                   .group = absl::GetFlag(FLAGS_group), .timeout_ms = absl::GetFlag(FLAGS_comm_timeout_ms)}));
+  std::unique_ptr<Communicator>& comm = device.comm;
+  std::unique_ptr<Backend>& backend = device.backend;
+  LOG(INFO) << "rank " << rank << "/" << world << " on " << device.description << ": communicator " << comm->version()
+            << " ready; loading " << dir;
   service.SetLoading(0, config.num_layers);
-  std::unique_ptr<Backend> backend = MakeCpuBackend();
   ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(config, *store, *backend, {rank, world},
                                                      [&](int done, int total) { service.SetLoading(done, total); }));
-  Model model(config, std::move(weights), *backend, *comm);
+  Model model(config, std::move(weights), *backend, *comm, {.decode_graph = absl::GetFlag(FLAGS_decode_graph)});
   const int64_t max_context = std::min<int64_t>(absl::GetFlag(FLAGS_max_context), config.max_position_embeddings);
   Engine engine(model, max_context, config.vocab_size);
 

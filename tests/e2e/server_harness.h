@@ -22,6 +22,12 @@ struct ServerOptions {
   std::vector<std::string> extra_flags;
 };
 
+// The path of a built tool: $Q38_BIN_DIR/name when set (binaries carried to another machine),
+// else where this build put it.
+std::string ToolPath(const std::string& name, const std::string& built);
+#define Q38_SERVER_PATH ::q38::e2e::ToolPath("q38-server", Q38_SERVER_BIN)
+#define Q38_WORKER_PATH ::q38::e2e::ToolPath("q38-worker", Q38_WORKER_BIN)
+
 // The tiny checkpoint every e2e test uses (generated once per test binary, seed 1).
 const std::string& TinyCheckpoint();
 

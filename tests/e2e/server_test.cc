@@ -401,10 +401,10 @@ TEST(ServerLifecycle, RefusesRanksBuiltDifferently) {
   const std::string dir = ::testing::TempDir() + "/other_build";
   std::filesystem::create_directories(dir);
   const std::string copy = dir + "/q38-worker-copy", wrapper = dir + "/worker.sh";
-  std::filesystem::copy_file(Q38_WORKER_BIN, copy, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(Q38_WORKER_PATH, copy, std::filesystem::copy_options::overwrite_existing);
   std::ofstream(copy, std::ios::app) << '\n';
   std::ofstream(wrapper) << "#!/bin/sh\ncase \"$1\" in --rank=2) exec " << copy << " \"$@\";; esac\nexec "
-                         << Q38_WORKER_BIN << " \"$@\"\n";
+                         << Q38_WORKER_PATH << " \"$@\"\n";
   std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
   Server s({.extra_flags = {"--worker_binary=" + wrapper}});
   EXPECT_FALSE(s.ready());
