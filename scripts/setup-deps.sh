@@ -9,6 +9,7 @@ packages=(
   libabsl-dev libgoogle-glog-dev libgflags-dev libgtest-dev libgmock-dev
   prometheus-cpp-dev prometheus libgloo-dev
   libpcre2-dev libutf8proc-dev libssl-dev nlohmann-json3-dev
+  python3-jsonschema
 )
 
 missing=()

@@ -20,6 +20,9 @@ struct ServerOptions {
   std::string restart_policy = "exit";
   int comm_timeout_ms = 3000;
   std::vector<std::string> extra_flags;
+  std::string server_binary = Q38_SERVER_BIN;
+  std::string worker_binary = Q38_WORKER_BIN;  // empty: the server picks (a bundle's own)
+  std::vector<std::string> env;                // KEY=VALUE set in the server's environment
 };
 
 // The tiny checkpoint every e2e test uses (generated once per test binary, seed 1).
