@@ -1,6 +1,8 @@
 // The bundle end to end: q38-server started from a bundle made of this build, serving with its
 // workers mapping only the bundle's libraries, and refusing every tampered bundle (each with its
 // own exit code and message) before it spawns anything.
+#include <stdlib.h>
+
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -22,13 +24,14 @@ std::string ReadLog(const Server& s) { return ReadFile(s.log_path()).value_or(""
 class BundleE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(::testing::TempDir() + "/e2e_bundle");
-    fs::remove_all(*dir_);
+    // CTest runs each test in its own process, in parallel: each makes its own bundle.
+    std::string parent = ::testing::TempDir() + "/e2e_bundle_XXXXXX";
+    dir_ = new std::string(std::string(mkdtemp(parent.data())) + "/b");
     absl::StatusOr<Bundle> b = CreateBundle({.build_dir = Q38_BUILD_DIR, .out = *dir_});
     ASSERT_TRUE(b.ok()) << b.status();
     bundle_ = new Bundle(*std::move(b));
   }
-  static void TearDownTestSuite() { fs::remove_all(*dir_); }
+  static void TearDownTestSuite() { fs::remove_all(fs::path(*dir_).parent_path()); }
 
   // A server run from the bundle, the way docs/bundle.md says.
   static ServerOptions FromBundle(std::vector<std::string> flags = {}) {
@@ -87,8 +90,7 @@ struct Tamper {
 TEST_F(BundleE2E, RefusesEveryTamperCaseBeforeSpawningAnything) {
   const std::string lib = FirstLibrary();
   const std::string json = *ReadFile(*dir_ + "/bundle.json");
-  const std::string source = ::testing::TempDir() + "/e2e_other_source";
-  fs::remove_all(source);
+  const std::string source = fs::path(*dir_).parent_path() / "other_source";
   fs::create_directories(source + "/common");
   std::ofstream(source + "/common/x.cc") << "int x;\n";
   for (const std::vector<std::string>& cmd : std::vector<std::vector<std::string>>{

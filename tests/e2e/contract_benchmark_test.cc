@@ -3,6 +3,8 @@
 // report must validate against docs/benchmark-report.schema.json, its repeats must be
 // token-identical, an ordinary request sent meanwhile must wait for the benchmark, and a doctored
 // reference must be rejected at the doctored index.
+#include <stdlib.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -31,8 +33,8 @@ class ContractBenchmark : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     server_ = new Server({.extra_flags = {"--max_context=1024", "--contract=" + kContract}});
-    dir_ = new std::string(::testing::TempDir() + "/e2e_contract");
-    std::filesystem::create_directories(*dir_);
+    std::string dir = ::testing::TempDir() + "/e2e_contract_XXXXXX";  // one per process: CTest runs tests in parallel
+    dir_ = new std::string(mkdtemp(dir.data()));
   }
   static void TearDownTestSuite() {
     delete server_;
