@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: installs and builds, writes the tiny checkpoint, starts
-# q38-server with four CPU worker processes, checks health, streams a generation, runs the client
-# benchmark, and shuts the server down gracefully. Everything it writes goes under out/.
+# The main job on the embedded default: installs and builds, packs a verified bundle, writes the
+# tiny checkpoint, starts q38-server from the bundle with four CPU worker processes under the
+# tiny-cpu contract, checks health, streams a generation, runs the contract benchmark, and shuts the
+# server down gracefully. Everything it writes goes under out/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-deps.sh
 build=${Q38_BUILD_DIR:-build}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build "$build" -j "$(nproc)" --target q38-make-checkpoint q38-server q38-worker q38
+cmake --build "$build" -j "$(nproc)" --target q38_build_manifest
 out=$PWD/out
 mkdir -p "$out"
 rm -f "$out/ready.json"
-"$build/worker/model/q38-make-checkpoint" --out "$out/tiny" --seed 1
+rm -rf "$out/bundle"
+"$build/client/q38" bundle create --build "$build" --out "$out/bundle"
+bundle=$out/bundle
+"$bundle/bin/q38" bundle verify "$bundle" --source "$PWD"
+"$bundle/bin/q38-make-checkpoint" --out "$out/tiny" --seed 1
 
-echo "== starting q38-server (TP4, CPU workers); log: $out/server.log"
-"$build/server/q38-server" --model "$out/tiny" --tp 4 --listen 127.0.0.1:0 --metrics 127.0.0.1:0 \
+echo "== starting q38-server from the bundle (TP4, CPU workers, contract tiny-cpu); log: $out/server.log"
+LD_LIBRARY_PATH="$bundle/lib" "$bundle/bin/q38-server" --bundle "$bundle" --source "$PWD" \
+  --contract deploy/contracts/tiny-cpu.json --max_context 1024 \
+  --model "$out/tiny" --tp 4 --listen 127.0.0.1:0 --metrics 127.0.0.1:0 \
   --ready_file "$out/ready.json" > "$out/server.log" 2>&1 &
 server_pid=$!
 trap 'kill -KILL $server_pid 2>/dev/null || true' EXIT
@@ -25,14 +32,14 @@ for _ in $(seq 1 600); do
 done
 port=$(sed -n 's/.*"grpc_port": \([0-9]*\).*/\1/p' "$out/ready.json")
 metrics_port=$(sed -n 's/.*"metrics_port": \([0-9]*\).*/\1/p' "$out/ready.json")
-q38="$build/client/q38"
+q38="$bundle/bin/q38"
 
 echo "== health";   "$q38" health --server "127.0.0.1:$port"
 echo "== manifest"; "$q38" manifest --server "127.0.0.1:$port"
 echo "== generate (the tiny checkpoint is random: its text is noise; a trained default comes with issue 7)"
 "$q38" generate --server "127.0.0.1:$port" --text "The quick brown fox" --max_tokens 16 --ignore_eos; echo
-echo "== bench (client side: the contract's fixed prompt cut to 64 tokens, greedy, 3 requests after a warmup)"
-"$q38" bench --server "127.0.0.1:$port" --tokenizer "$out/tiny" --prompt_len 64 --max_tokens 32 --requests 3 --json "$out/bench.json" | tee "$out/bench.txt"
+echo "== contract benchmark (tiny-cpu: the fixed prompt cut to 64 tokens, a warmup and 2 repeats of 513 greedy tokens)"
+"$q38" bench --server "127.0.0.1:$port" --contract deploy/contracts/tiny-cpu.json --json "$out/bench.json" | tee "$out/bench.txt"
 curl -s "http://127.0.0.1:$metrics_port/metrics" > "$out/metrics.txt" 2>/dev/null || true
 
 echo "== graceful shutdown (SIGTERM)"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Everything q38 checks on a GPU machine, in one call (issue 5): the kernels against their CPU
 # references, the model against the CPU FP32 reference at TP1 and TP2, decode graphs against eager
-# runs, the server end to end on GPUs (and that stopping it gives the memory back), the SM70
-# legality check, and the measurements. Runs from the repository root on binaries packed by
-# scripts/pack-binaries.sh (nothing is built here); a few files go to $OUT (default out/gpu):
-# summary.txt, tests.log, bench.log, sm70.log, nvidia-smi.txt and the full-size run's files.
+# runs, the server end to end on GPUs (and that stopping it gives the memory back), and the
+# measurements. (The SM70 legality check runs where the sources build: CTest's Sm70Legality.)
+# Runs from the repository root on binaries packed by scripts/pack-gpu-run.sh (nothing is built
+# here); a few files go to $OUT (default out/gpu): summary.txt, tests.log, bench.log,
+# nvidia-smi.txt and the full-size run's files.
 # Usage: scripts/gpu-run.sh [PACKED_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -34,11 +35,6 @@ for t in cuda_backend_test linear_cuda_test norm_cuda_test rope_cuda_test conv_c
   grep -h "top-1 agreement" "$out/test.log" | sed 's/^/    /' | tee -a "$summary"
 done
 rm -f "$out/test.log"
-
-# SM70 legality with triton's CUDA 12.x ptxas.
-if bash scripts/check-sm70.sh > "$out/sm70.log" 2>&1; then note "sm70 legality: $(tail -1 "$out/sm70.log")"; else
-  rc=$?; [[ $rc -eq 2 ]] && note "sm70 legality: skipped ($(tail -1 "$out/sm70.log"))" || { note "sm70 legality: FAIL"; failed=1; }
-fi
 
 # Measurements: the tiny model through the runner at TP1 and TP2 (graphs on), medians of 5.
 ckpt="$out/tiny"

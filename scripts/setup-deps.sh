@@ -10,6 +10,7 @@ packages=(
   prometheus-cpp-dev prometheus libgloo-dev
   libpcre2-dev libutf8proc-dev libssl-dev nlohmann-json3-dev
   python3-venv
+  python3-jsonschema
 )
 
 missing=()

@@ -16,6 +16,7 @@ absl::StatusOr<RankDevice> OpenRankDevice(const RankDeviceOptions& o) {
   }
   d.backend = MakeCpuBackend();
   d.description = "cpu";
+  d.manifest = CpuBackendManifest(*d.backend);
   return d;
 }
 

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 #include "worker/comm/communicator.h"
+#include "worker/manifest.h"
 
 namespace q38 {
 
@@ -25,6 +26,7 @@ struct RankDevice {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Communicator> comm;
   std::string description;  // "cpu", or "cuda:<ordinal> <name> <uuid>"
+  BackendManifest manifest;  // device identity, dtypes and routes (graph mode is the model's)
 };
 
 absl::StatusOr<RankDevice> OpenRankDevice(const RankDeviceOptions& options);

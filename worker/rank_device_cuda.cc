@@ -16,6 +16,14 @@ absl::StatusOr<RankDevice> OpenCudaRank(const RankDeviceOptions& o) {
   }
   const CudaDeviceInfo& info = backend->device();
   d.description = absl::StrCat("cuda:", info.ordinal, " ", info.name, " ", info.uuid);
+  BackendManifest& m = d.manifest;
+  m.device = {"cuda", info.name, info.uuid, info.pci_bus_id,
+              absl::StrCat(info.compute_capability / 10, ".", info.compute_capability % 10),
+              static_cast<int64_t>(info.total_memory)};
+  m.dtypes = {"F16", "F16", "F32", "F16"};  // DESIGN.md §4, GPU column
+  // The routes docs/cuda.md describes; every op has one generic kernel or a row-count split.
+  m.routes = {"linear:gemv(T<=8)|wmma_gemm", "experts:nvfp4_w4a16_pair_gemv", "attention:qsa_split_context",
+              "gdn:recurrent_state_in_registers", "indexer:radix_topk", "ple:staged_host_rows"};
   d.backend = std::move(backend);
   return d;
 }

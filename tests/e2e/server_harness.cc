@@ -50,7 +50,7 @@ Server::Server(const ServerOptions& o) {
   log_ = dir_ + "/server.log";
   const std::string ready = dir_ + "/ready.json";
   std::vector<std::string> args = {
-      Q38_SERVER_PATH,
+      o.server_binary,
       "--model=" + TinyCheckpoint(),
       absl::StrCat("--tp=", o.tp),
       "--listen=127.0.0.1:0",
@@ -61,9 +61,9 @@ Server::Server(const ServerOptions& o) {
       absl::StrCat("--comm_timeout_ms=", o.comm_timeout_ms),
       "--run_dir=" + dir_ + "/run",
       "--ready_file=" + ready,
-      "--worker_binary=" + Q38_WORKER_PATH,
       "--startup_timeout_s=60",
   };
+  if (!o.worker_binary.empty()) args.push_back("--worker_binary=" + o.worker_binary);
   args.insert(args.end(), o.extra_flags.begin(), o.extra_flags.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -73,6 +73,7 @@ Server::Server(const ServerOptions& o) {
     const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
+    for (const std::string& kv : o.env) putenv(const_cast<char*>(kv.c_str()));
     execv(argv[0], argv.data());
     _exit(127);
   }

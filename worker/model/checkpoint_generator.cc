@@ -9,7 +9,7 @@
 #include "common/status.h"
 #include "kernels/ple/ple_hash.h"
 #include "nlohmann/json.hpp"
-#include "worker/checkpoint/atomic_file.h"
+#include "common/atomic_file.h"
 #include "worker/checkpoint/safetensors_writer.h"
 
 namespace q38 {
@@ -193,13 +193,6 @@ void AddPle(Builder& b, const ModelConfig& c, const std::string& p, bool fp8, ui
   }
 }
 
-absl::Status WriteText(const std::string& path, const std::string& text) {
-  AtomicFileWriter w(path);
-  RETURN_IF_ERROR(w.Open());
-  RETURN_IF_ERROR(w.Append(text.data(), text.size()));
-  return w.Commit();
-}
-
 nlohmann::ordered_json QuantizationConfig() {
   return {{"quant_method", "modelopt"},
           {"quant_algo", "NVFP4"},
@@ -263,10 +256,10 @@ absl::Status WriteByteTokenizer(const ModelConfig& c, const std::string& dir) {
       {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
                  {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
                  {"vocab", vocab}, {"merges", nlohmann::ordered_json::array()}}}};
-  RETURN_IF_ERROR(WriteText(dir + "/tokenizer.json", tok.dump(2) + "\n"));
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/tokenizer.json", tok.dump(2) + "\n"));
   nlohmann::ordered_json config = {{"tokenizer_class", "Qwen2Tokenizer"}, {"eos_token", "<|endoftext|>"},
                                    {"pad_token", "<|endoftext|>"}, {"bos_token", nullptr}, {"model_max_length", c.max_position_embeddings}};
-  return WriteText(dir + "/tokenizer_config.json", config.dump(2) + "\n");
+  return WriteFileAtomically(dir + "/tokenizer_config.json", config.dump(2) + "\n");
 }
 
 }  // namespace
@@ -299,21 +292,21 @@ absl::Status GenerateCheckpoint(const ModelConfig& c, const GeneratorOptions& o,
   if (!o.fp8_ple) config["text_config"].erase("ple_embedding_dtype");
   if (o.nvfp4_experts) config["quantization_config"] = QuantizationConfig();
   config["q38_synthetic"] = {{"seed", o.seed}, {"generator", "q38 GenerateCheckpoint"}};
-  RETURN_IF_ERROR(WriteText(dir + "/config.json", config.dump(2) + "\n"));
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/config.json", config.dump(2) + "\n"));
   GenerationConfig g;
   g.eos_token_ids = c.eos_token_ids;
   g.do_sample = true;
   g.temperature = 1.0;
   g.top_p = 0.95;
   g.top_k = 20;
-  RETURN_IF_ERROR(WriteText(dir + "/generation_config.json", GenerationConfigJson(g)));
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/generation_config.json", GenerationConfigJson(g)));
   if (o.nvfp4_experts) {
     nlohmann::ordered_json hf = {
         {"producer", {{"name", "modelopt"}}},
         {"quantization",
          {{"quant_algo", "NVFP4"}, {"group_size", 16}, {"kv_cache_quant_algo", nullptr},
           {"exclude_modules", QuantizationConfig()["ignore"]}}}};
-    RETURN_IF_ERROR(WriteText(dir + "/hf_quant_config.json", hf.dump(2) + "\n"));
+    RETURN_IF_ERROR(WriteFileAtomically(dir + "/hf_quant_config.json", hf.dump(2) + "\n"));
   }
   if (o.byte_tokenizer) RETURN_IF_ERROR(WriteByteTokenizer(c, dir));
   return absl::OkStatus();

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 
@@ -28,5 +29,8 @@ class AtomicFileWriter {
   int fd_ = -1;
   bool committed_ = false;
 };
+
+// The whole of `contents` through an AtomicFileWriter.
+absl::Status WriteFileAtomically(const std::string& path, std::string_view contents);
 
 }  // namespace q38

@@ -1,4 +1,4 @@
-#include "worker/checkpoint/atomic_file.h"
+#include "common/atomic_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -62,6 +62,13 @@ absl::Status AtomicFileWriter::Commit() {
   }
   committed_ = true;
   return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::string& path, std::string_view contents) {
+  AtomicFileWriter w(path);
+  if (absl::Status s = w.Open(); !s.ok()) return s;
+  if (absl::Status s = w.Append(contents.data(), contents.size()); !s.ok()) return s;
+  return w.Commit();
 }
 
 }  // namespace q38
