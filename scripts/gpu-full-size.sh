@@ -11,7 +11,7 @@ out=$2
 nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader,nounits -i 0 -lms 1000 \
     > "$out/full-size-gpu.csv" &
 sampler=$!
-for spec in 1024:150 8192:330; do
+for spec in 1024:120 8192:240; do
   prompt=${spec%:*}
   start=$SECONDS
   echo "=== prompt $prompt, started $(date -u +%T)" >> "$out/full-size.log"

@@ -99,11 +99,16 @@ class TinyOnGpu : public ::testing::Test {
   // Top-1 agreement over all positions and the relative error of the last position's logits.
   // A random model's top two logits are often nearly tied, and there FP16 decides a coin flip:
   // agreement is also counted over the positions whose reference margin (top-1 minus top-2)
-  // exceeds 1% of the position's largest logit magnitude. Returns the raw agreement.
-  static double Agreement(const Reference& ref, const std::vector<float>& got, const char* what) {
+  // exceeds 1% of the position's largest logit magnitude.
+  struct Agreed {
+    double all = 0;      // over every position
+    double decided = 0;  // over the positions with a margin
+    int64_t decided_positions = 0;
+  };
+  static Agreed Agreement(const Reference& ref, const std::vector<float>& got, const char* what) {
     const int64_t V = ref.config.vocab_size;
     EXPECT_EQ(got.size(), ref.logits.size());
-    if (got.size() != ref.logits.size()) return 0;
+    if (got.size() != ref.logits.size()) return {};
     int64_t agree = 0, decided = 0, decided_agree = 0;
     for (int64_t p = 0; p < kPositions; ++p) {
       const float* a = got.data() + p * V;
@@ -134,24 +139,31 @@ class TinyOnGpu : public ::testing::Test {
                 what, agreement, static_cast<long long>(kPositions), static_cast<double>(decided_agree) / decided,
                 static_cast<long long>(decided), rel);
     EXPECT_LE(rel, 2e-2) << what;
-    return agreement;
+    return {agreement, static_cast<double>(decided_agree) / decided, decided};
+  }
+
+  // Dense attention: FP16 against FP32 differs only by rounding, and the GPU must pick the
+  // reference's token at ≥ 99% of at least 512 decided positions. With the tiny model's sparse
+  // selection a near-tied block choice can flip under rounding and change a whole attention
+  // output; there the bound is looser (the values are printed and kept in docs/perf/gpu.md).
+  static void ExpectAgreement(int tp) {
+    const std::string dense = "TP" + std::to_string(tp) + " dense", sparse = "TP" + std::to_string(tp) + " sparse";
+    const Agreed d = Agreement(ReferenceFor(kDense), OnGpus(ReferenceFor(kDense), tp, true), dense.c_str());
+    EXPECT_GE(d.decided_positions, 512);
+    EXPECT_GE(d.decided, 0.99);
+    EXPECT_GE(d.all, 0.98);
+    EXPECT_GE(Agreement(ReferenceFor(kSparse), OnGpus(ReferenceFor(kSparse), tp, true), sparse.c_str()).all, 0.95);
   }
 };
 
-// Dense attention: FP16 against FP32 differs only by rounding, and the GPU must pick the
-// reference's token at ≥ 99% of 600 positions. With the tiny model's sparse selection, a
-// near-tied block choice can flip under rounding and change a whole attention output; there the
-// bound is looser (the measured values are printed and recorded in docs/perf/gpu.md).
 TEST_F(TinyOnGpu, Tp1MatchesCpuReference) {
   if (Gpus() < 1) GTEST_SKIP() << "no GPU";
-  EXPECT_GE(Agreement(ReferenceFor(kDense), OnGpus(ReferenceFor(kDense), 1, true), "TP1 dense"), 0.99);
-  EXPECT_GE(Agreement(ReferenceFor(kSparse), OnGpus(ReferenceFor(kSparse), 1, true), "TP1 sparse"), 0.95);
+  ExpectAgreement(1);
 }
 
 TEST_F(TinyOnGpu, Tp2MatchesCpuReference) {
   if (Gpus() < 2) GTEST_SKIP() << "fewer than two GPUs";
-  EXPECT_GE(Agreement(ReferenceFor(kDense), OnGpus(ReferenceFor(kDense), 2, true), "TP2 dense"), 0.99);
-  EXPECT_GE(Agreement(ReferenceFor(kSparse), OnGpus(ReferenceFor(kSparse), 2, true), "TP2 sparse"), 0.95);
+  ExpectAgreement(2);
 }
 
 TEST_F(TinyOnGpu, DecodeGraphReplaysEqualEagerSteps) {
