@@ -208,7 +208,7 @@ TEST(PleGather, F32TableAcrossShards) {
       shard1[r * 2 + c] = 10.0f * (r + 3) + c;
     }
   const PleTable table{{reinterpret_cast<const uint8_t*>(shard0.data()), reinterpret_cast<const uint8_t*>(shard1.data())},
-                       3, DType::kF32, 2, 1.0f};
+                       3, DType::kF32, 2, 1.0f, {}};
   EXPECT_EQ(Gather(table, {5, 0, 3, 2, 4, 1}), (std::vector<float>{50, 51, 0, 1, 30, 31, 20, 21, 40, 41, 10, 11}));
 }
 
@@ -217,7 +217,7 @@ TEST(PleGather, Bf16Table) {
   const uint16_t bits[4] = {0x3F80, 0xC000, 0x4040, 0x3E80};
   uint8_t bytes[8];
   std::memcpy(bytes, bits, sizeof(bytes));
-  const PleTable table{{bytes}, 2, DType::kBF16, 2, 1.0f};
+  const PleTable table{{bytes}, 2, DType::kBF16, 2, 1.0f, {}};
   EXPECT_EQ(Gather(table, {1, 0}), (std::vector<float>{3, 0.25f, 1, -2}));
 }
 
@@ -226,7 +226,7 @@ TEST(PleGather, Fp8TableTimesScale) {
   //   row 0: 0x38 = 1, 0x40 = 2, 0xB8 = −1, 0x01 = 2⁻⁹ → (0.5, 1, −0.5, 2⁻¹⁰)
   //   row 1: 0x7E = 448, 0x00 = 0, 0x30 = 0.5, 0x3C = 1.5 → (224, 0, 0.25, 0.75)
   const uint8_t row0[4] = {0x38, 0x40, 0xB8, 0x01}, row1[4] = {0x7E, 0x00, 0x30, 0x3C};
-  const PleTable table{{row0, row1}, 1, DType::kF8E4M3, 4, 0.5f};
+  const PleTable table{{row0, row1}, 1, DType::kF8E4M3, 4, 0.5f, {}};
   EXPECT_EQ(Gather(table, {1, 0}), (std::vector<float>{224, 0, 0.25f, 0.75f, 0.5f, 1, -0.5f, std::ldexp(1.0f, -10)}));
 }
 
