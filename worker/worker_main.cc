@@ -252,7 +252,10 @@ absl::Status Main() {
   manifest.rank = rank;
   manifest.world = world;
   manifest.backend = device.manifest;
-  if (absl::GetFlag(FLAGS_decode_graph)) manifest.backend.graph_mode = "FULL_DECODE_ONLY";
+  // Only the GPU records graphs; a CPU "replay" runs the ops again.
+  if (absl::GetFlag(FLAGS_decode_graph) && absl::GetFlag(FLAGS_device) == "cuda") {
+    manifest.backend.graph_mode = "FULL_DECODE_ONLY";
+  }
   manifest.max_context = max_context;
   manifest.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   manifest.communicator = comm->version();
