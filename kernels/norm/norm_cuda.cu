@@ -5,6 +5,16 @@
 namespace q38::cuda {
 namespace {
 
+// 1/RMS of group[0..n) for a whole warp.
+__device__ __forceinline__ float GroupInvRms(const __half* group, int64_t n, float eps, int lane) {
+  float ss = 0;
+  for (int64_t i = lane; i < n; i += kWarp) {
+    const float v = __half2float(group[i]);
+    ss += v * v;
+  }
+  return rsqrtf(WarpSum(ss) / n + eps);
+}
+
 // One warp per group: the sum of squares, then every element scaled by the same lane that read
 // it, so y may alias x.
 __global__ void RmsNormKernel(const __half* x, const __half* __restrict__ w, __half* y, int64_t groups, int64_t n,
@@ -13,12 +23,7 @@ __global__ void RmsNormKernel(const __half* x, const __half* __restrict__ w, __h
   const int64_t gi = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   if (gi >= groups) return;
   const int64_t per_row = n / group, base = (gi / per_row) * n + (gi % per_row) * group, g0 = (gi % per_row) * group;
-  float ss = 0;
-  for (int64_t i = lane; i < group; i += kWarp) {
-    const float v = __half2float(x[base + i]);
-    ss += v * v;
-  }
-  const float inv = rsqrtf(WarpSum(ss) / group + eps);
+  const float inv = GroupInvRms(x + base, group, eps, lane);
   for (int64_t i = lane; i < group; i += kWarp) {
     y[base + i] = __float2half(__half2float(x[base + i]) * inv * (offset + __half2float(w[(g0 + i) % w_len])));
   }
@@ -31,12 +36,7 @@ __global__ void GatedRmsNormKernel(const __half* __restrict__ o, const __half* _
   const int64_t gi = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   if (gi >= groups) return;
   const int64_t base = gi * group;
-  float ss = 0;
-  for (int64_t i = lane; i < group; i += kWarp) {
-    const float v = __half2float(o[base + i]);
-    ss += v * v;
-  }
-  const float inv = rsqrtf(WarpSum(ss) / group + eps);
+  const float inv = GroupInvRms(o + base, group, eps, lane);
   for (int64_t i = lane; i < group; i += kWarp) {
     const float zv = __half2float(z[base + i]);
     const float gate = sigmoid_gate ? Sigmoid(zv) : Silu(zv);

@@ -74,7 +74,9 @@ class TinyOnGpu : public ::testing::Test {
   // Logits of every position on GPUs: a prefill of kPrefill tokens, then one token at a time.
   static std::vector<float> OnGpus(const Reference& ref, int tp, bool graph) {
     std::vector<float> out;
-    LocalGroupOptions o{.device = "cuda", .model = {.decode_graph = graph}};
+    LocalGroupOptions o;
+    o.device = "cuda";
+    o.model.decode_graph = graph;
     absl::Status s = RunLocalGroup(ref.config, *ref.store, tp, [&](Model& m) -> absl::Status {
       const std::vector<int32_t> ids = Sequence();
       SequenceState st = m.NewSequence(kPositions);
@@ -142,17 +144,13 @@ class TinyOnGpu : public ::testing::Test {
     return {agreement, static_cast<double>(decided_agree) / decided, decided};
   }
 
-  // Dense attention: FP16 against FP32 differs only by rounding, and the GPU must pick the
-  // reference's token at ≥ 99% of at least 512 decided positions. With the tiny model's sparse
-  // selection a near-tied block choice can flip under rounding and change a whole attention
-  // output; there the bound is looser (the values are printed and kept in docs/perf/gpu.md).
+  // The target, ≥ 99% top-1 agreement over at least 512 positions, at every position and
+  // with both the dense and the tiny model's sparse attention. The agreement over decided
+  // positions is printed alongside to show where the misses fall (docs/perf/gpu.md).
   static void ExpectAgreement(int tp) {
     const std::string dense = "TP" + std::to_string(tp) + " dense", sparse = "TP" + std::to_string(tp) + " sparse";
-    const Agreed d = Agreement(ReferenceFor(kDense), OnGpus(ReferenceFor(kDense), tp, true), dense.c_str());
-    EXPECT_GE(d.decided_positions, 512);
-    EXPECT_GE(d.decided, 0.99);
-    EXPECT_GE(d.all, 0.98);
-    EXPECT_GE(Agreement(ReferenceFor(kSparse), OnGpus(ReferenceFor(kSparse), tp, true), sparse.c_str()).all, 0.95);
+    EXPECT_GE(Agreement(ReferenceFor(kDense), OnGpus(ReferenceFor(kDense), tp, true), dense.c_str()).all, 0.99);
+    EXPECT_GE(Agreement(ReferenceFor(kSparse), OnGpus(ReferenceFor(kSparse), tp, true), sparse.c_str()).all, 0.99);
   }
 };
 
