@@ -15,7 +15,11 @@
 #include "client/bench.h"
 #include "client/client.h"
 #include "client/format.h"
+#include "client/contract_bench.h"
 #include "client/manifest.h"
+#include "common/atomic_file.h"
+#include "common/config.h"
+#include "deploy/bundle.h"
 #include "google/protobuf/text_format.h"
 #include "server/tokenizer/fixed_prompt.h"
 
@@ -67,6 +71,13 @@ std::vector<std::string> GivenFlags(const CliArgs& a) {
   add("warmup", a.warmup.has_value());
   add("tokenizer", a.tokenizer.has_value());
   add("sentence", a.sentence.has_value());
+  add("contract", a.contract.has_value());
+  add("repeats", a.repeats.has_value());
+  add("reference", a.reference.has_value());
+  add("build", a.build.has_value());
+  add("out", a.out.has_value());
+  add("strip_debug", a.strip_debug);
+  add("source", a.source.has_value());
   return given;
 }
 
@@ -110,32 +121,6 @@ std::string Ms(double seconds) { return absl::StrFormat("%.2f ms", seconds * 1e3
 nlohmann::json TimingsJson(const v1::Timings& t) {
   return {{"queue", t.queue()},   {"prefill", t.prefill()}, {"ttft", t.ttft()},
           {"decode", t.decode()}, {"tpot", t.tpot()},       {"e2e", t.e2e()}};
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  return ss.str();
-}
-
-// Writes next to `path` then renames, so a reader never sees half a report.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
-    f << contents;
-    f.flush();
-    if (!f) return absl::DataLossError(absl::StrCat("cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------------------------- generate --
@@ -349,8 +334,48 @@ int RunInfo(const std::vector<std::string>& operands, const CliArgs& args, std::
 
 // ------------------------------------------------------------------------------------- bench --
 
+// bench --contract: the server runs the contract's benchmark; the report is saved after every step.
+int RunContractBenchCommand(const std::vector<std::string>& operands, const CliArgs& args, std::ostream& out,
+                            std::ostream& err) {
+  const std::string cmd = "bench";
+  if (absl::Status s = OnlyFlags(args, {"server", "contract", "repeats", "reference", "json", "timeout_s"}); !s.ok()) {
+    return Usage(err, cmd, absl::StrCat(s.message(), " (with --contract)"));
+  }
+  if (operands.size() > 1 || (!operands.empty() && !args.json)) {
+    return Usage(err, cmd, absl::StrCat("unexpected argument ", operands.back()));
+  }
+  if (!args.server) return Usage(err, cmd, "--server is required");
+  if (args.repeats && *args.repeats < 2) return Usage(err, cmd, "--repeats must be at least 2");
+  if (absl::Status s = CheckTimeout(args); !s.ok()) return Usage(err, cmd, std::string(s.message()));
+  ContractBenchOptions options;
+  absl::StatusOr<std::string> contract = ReadFile(*args.contract);
+  if (!contract.ok()) return Fail(err, cmd, contract.status());
+  options.contract_json = *std::move(contract);
+  options.repeats = args.repeats.value_or(0);
+  if (args.reference) {
+    absl::StatusOr<std::string> reference = ReadFile(*args.reference);
+    if (!reference.ok()) return Fail(err, cmd, reference.status());
+    options.reference_json = *std::move(reference);
+  }
+  if (!operands.empty()) options.report_path = operands[0];
+  if (args.timeout_s) options.timeout = Seconds(*args.timeout_s);
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*args.server);
+  if (!client.ok()) return Fail(err, cmd, client.status());
+  ContractBenchResult result =
+      RunContractBench(**client, options, [&](const std::string& step) { err << "bench: " << step << "\n"; });
+  if (args.json && operands.empty() && !result.report.is_null()) {
+    out << DumpJson(result.report) << "\n";
+  } else if (!result.report.is_null()) {
+    out << FormatContractReport(result.report);
+  }
+  if (!options.report_path.empty() && !result.report.is_null()) err << "report written to " << options.report_path << "\n";
+  if (!result.status.ok()) return Fail(err, cmd, result.status);
+  return kExitOk;
+}
+
 int RunBenchCommand(const std::vector<std::string>& operands, const CliArgs& args,
                     std::ostream& out, std::ostream& err) {
+  if (args.contract) return RunContractBenchCommand(operands, args, out, err);
   const std::string cmd = "bench";
   if (absl::Status s = OnlyFlags(args, {"server", "tokens", "prompt_len", "vocab", "seed",
                                         "max_tokens", "requests", "warmup", "json", "timeout_s",
@@ -442,6 +467,37 @@ int RunBenchCommand(const std::vector<std::string>& operands, const CliArgs& arg
   return kExitOk;
 }
 
+// ------------------------------------------------------------------------------------ bundle --
+
+int RunBundle(const std::vector<std::string>& operands, const CliArgs& args, std::ostream& out, std::ostream& err) {
+  const std::string cmd = "bundle";
+  const std::string action = operands.empty() ? "" : operands[0];
+  if (action == "create") {
+    if (absl::Status s = OnlyFlags(args, {"build", "out", "strip_debug"}); !s.ok()) return Usage(err, cmd, std::string(s.message()));
+    if (operands.size() != 1) return Usage(err, cmd, absl::StrCat("unexpected argument ", operands.back()));
+    if (!args.build || !args.out) return Usage(err, cmd, "create needs --build DIR and --out DIR");
+    absl::StatusOr<Bundle> b = CreateBundle({.build_dir = *args.build, .out = *args.out, .strip_debug = args.strip_debug});
+    if (!b.ok()) return Fail(err, cmd, b.status());
+    out << "bundle " << b->dir << ": " << b->files.size() << " files, commit " << b->build.source.commit << ", source "
+        << b->build.source.fingerprint << "\n";
+    return kExitOk;
+  }
+  if (action == "verify") {
+    if (absl::Status s = OnlyFlags(args, {"source"}); !s.ok()) return Usage(err, cmd, std::string(s.message()));
+    if (operands.size() != 2) return Usage(err, cmd, "verify takes one bundle directory");
+    Bundle b;
+    Verdict v = VerifyBundle(operands[1], args.source.value_or(""), &b);
+    if (!v.ok()) {
+      err << "q38 bundle verify: refused (" << RefusalName(v.refusal) << "): " << v.message << "\n";
+      return v.exit_code();
+    }
+    out << "bundle " << b.dir << " verified: " << b.files.size() << " files, commit " << b.build.source.commit
+        << (args.source ? ", source tree unchanged" : "") << "\n";
+    return kExitOk;
+  }
+  return Usage(err, cmd, "give create or verify");
+}
+
 }  // namespace
 
 std::string UsageText() {
@@ -456,9 +512,12 @@ std::string UsageText() {
   q38 info     --server ADDR [--json] [--timeout_s S]
   q38 bench    --server ADDR (--tokens 1,2,3 | --prompt_len N [--vocab V] [--seed S])
                --max_tokens N [--requests R] [--warmup W] [--json [FILE]] [--timeout_s S]
+  q38 bench    --server ADDR --contract FILE [--repeats N] [--reference REPORT] [--json [FILE]]
+  q38 bundle create --build DIR --out DIR [--strip_debug]
+  q38 bundle verify DIR [--source CHECKOUT]
 
 ADDR is host:port or unix:/path. Exit codes: 0 success, 1 not serving or manifests differ,
-64 usage error, otherwise the gRPC status code of the failure.)";
+64 usage error, 20-26 a refused bundle, otherwise the gRPC status code of the failure.)";
 }
 
 std::vector<std::string> NormalizeArgv(std::vector<std::string> argv) {
@@ -538,8 +597,9 @@ int RunCli(const std::vector<std::string>& positional, const CliArgs& args, std:
   if (cmd == "manifest") return RunManifest(operands, args, out, err);
   if (cmd == "info") return RunInfo(operands, args, out, err);
   if (cmd == "bench") return RunBenchCommand(operands, args, out, err);
+  if (cmd == "bundle") return RunBundle(operands, args, out, err);
   return Usage(err, "", absl::StrCat("unknown subcommand '", cmd,
-                                     "' (generate, health, manifest, info, bench)"));
+                                     "' (generate, health, manifest, info, bench, bundle)"));
 }
 
 }  // namespace q38::client

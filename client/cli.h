@@ -3,7 +3,8 @@
 // declares the Abseil flags and copies them into CliArgs.
 //
 // Exit codes: 0 success; 1 not serving (health) or manifests differ (manifest --diff); 64 a usage
-// error; otherwise the absl/gRPC status code (1–16) of the failure, e.g. 14 UNAVAILABLE.
+// error; 20-26 a bundle refused (bundle verify; deploy/bundle.h); otherwise the absl/gRPC status
+// code (1–16) of the failure, e.g. 14 UNAVAILABLE.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +44,13 @@ struct CliArgs {
   std::optional<int> warmup;
   std::optional<std::string> tokenizer;  // bench: build the contract's fixed prompt with it
   std::optional<std::string> sentence;   // bench: the fixed prompt's sentence
+  std::optional<std::string> contract;   // bench: run the server's contract benchmark with this file
+  std::optional<int> repeats;            // bench --contract: timed repeats (at least 2)
+  std::optional<std::string> reference;  // bench --contract: an earlier report every run must equal
+  std::optional<std::string> build;      // bundle create: the build directory
+  std::optional<std::string> out;        // bundle create: the new bundle directory
+  bool strip_debug = false;              // bundle create: strip debug info from the binaries
+  std::optional<std::string> source;     // bundle verify: the checkout whose tree must be the built one
 };
 
 // `positional` is what follows the program name once flags are removed: the subcommand, then its

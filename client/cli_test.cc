@@ -84,8 +84,8 @@ class CliTest : public ::testing::Test {
       v1::WorkerManifest* w = fake_.manifest.add_workers();
       w->set_rank(r);
       w->set_pid(4000 + r);
-      w->set_device("cpu");
-      w->set_model_fingerprint("sha256:fedcba9876543210");
+      w->mutable_device()->set_kind("cpu");
+      w->mutable_model()->set_fingerprint("sha256:fedcba9876543210");
       w->set_communicator("gloo");
     }
     grpc::EnableDefaultHealthCheckService(true);

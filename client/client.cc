@@ -56,6 +56,16 @@ absl::StatusOr<GenerateResult> Client::Generate(
   return result;
 }
 
+absl::Status Client::Benchmark(const v1::BenchmarkRequest& request, std::optional<std::chrono::duration<double>> timeout,
+                               const std::function<void(const v1::BenchmarkProgress&)>& on_progress) {
+  grpc::ClientContext ctx;
+  if (timeout) SetDeadline(ctx, *timeout);
+  std::unique_ptr<grpc::ClientReader<v1::BenchmarkProgress>> reader = q38_->Benchmark(&ctx, request);
+  v1::BenchmarkProgress msg;
+  while (reader->Read(&msg)) on_progress(msg);
+  return FromGrpc(reader->Finish());
+}
+
 absl::StatusOr<v1::Manifest> Client::GetManifest(std::chrono::duration<double> timeout) {
   grpc::ClientContext ctx;
   SetDeadline(ctx, timeout);

@@ -1,5 +1,6 @@
 // A small synchronous client for the public q38 API: Generate with a callback per streamed
-// message, GetManifest, GetInfo, and grpc.health.v1 Check. gRPC failures come back as
+// message, Benchmark with a callback per progress message, GetManifest, GetInfo, and
+// grpc.health.v1 Check. gRPC failures come back as
 // absl::Status with the same code and message.
 #pragma once
 
@@ -54,6 +55,11 @@ class Client {
   absl::StatusOr<GenerateResult> Generate(
       const v1::GenerateRequest& request, std::optional<std::chrono::duration<double>> timeout,
       const std::function<void(const v1::GenerateResponse&)>& on_message = {});
+
+  // Streams one Benchmark call; `on_progress` sees every message. The call's status comes back
+  // after the last message (a failed benchmark still streamed its report first).
+  absl::Status Benchmark(const v1::BenchmarkRequest& request, std::optional<std::chrono::duration<double>> timeout,
+                         const std::function<void(const v1::BenchmarkProgress&)>& on_progress);
 
   absl::StatusOr<v1::Manifest> GetManifest(std::chrono::duration<double> timeout);
   absl::StatusOr<v1::Info> GetInfo(std::chrono::duration<double> timeout);

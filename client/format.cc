@@ -4,7 +4,6 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "google/protobuf/util/json_util.h"
 
 namespace q38::client {
 
@@ -41,22 +40,6 @@ std::string FinishReasonName(v1::FinishReason reason) {
   constexpr absl::string_view kPrefix = "FINISH_REASON_";
   if (absl::StartsWith(name, kPrefix)) name = name.substr(kPrefix.size());
   return absl::AsciiStrToLower(name);
-}
-
-std::string ProtoJsonString(const google::protobuf::Message& message, bool pretty) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = pretty;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  std::string out;
-  // Fails only for messages that cannot exist here (Any with unknown types).
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  while (!out.empty() && out.back() == '\n') out.pop_back();  // the pretty form ends with one
-  return out;
-}
-
-nlohmann::json ProtoJson(const google::protobuf::Message& message) {
-  return nlohmann::json::parse(ProtoJsonString(message, false));
 }
 
 std::string DumpJson(const nlohmann::json& j, int indent) {

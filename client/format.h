@@ -1,4 +1,4 @@
-// Output helpers shared by the subcommands: aligned text tables, JSON of protos, names.
+// Output helpers shared by the subcommands: aligned text tables, JSON text, names.
 #pragma once
 
 #include <string>
@@ -6,6 +6,7 @@
 
 #include "google/protobuf/message.h"
 #include "nlohmann/json.hpp"
+#include "proto/proto_json.h"
 #include "q38/v1/q38.pb.h"
 
 namespace q38::client {
@@ -23,11 +24,6 @@ class Table {
 
 // "length" for FINISH_REASON_LENGTH; "unspecified" for 0.
 std::string FinishReasonName(v1::FinishReason reason);
-
-// The proto3 JSON mapping with the .proto field names and every field printed, defaults included;
-// no trailing newline.
-std::string ProtoJsonString(const google::protobuf::Message& message, bool pretty);
-nlohmann::json ProtoJson(const google::protobuf::Message& message);
 
 // JSON text; invalid UTF-8 in strings is replaced rather than thrown on.
 std::string DumpJson(const nlohmann::json& j, int indent = 2);

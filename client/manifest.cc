@@ -106,16 +106,24 @@ std::string ShortId(std::string_view id, size_t n) {
 }
 
 std::string FormatManifestTable(const v1::Manifest& manifest) {
-  std::string out = absl::StrCat("build ", manifest.build_id().empty() ? "-" : manifest.build_id(),
-                                 "  model ", manifest.model().empty() ? "-" : manifest.model(),
-                                 "  tp ", manifest.tp(), "\n");
-  Table table({"rank", "pid", "device", "build id", "model fingerprint", "synthetic",
-               "communicator", "activation"});
-  auto cell = [](std::string_view s) { return s.empty() ? std::string("-") : std::string(s); };
+  auto cell = [](std::string_view v) { return v.empty() ? std::string("-") : std::string(v); };
+  std::string out = absl::StrCat("build ", cell(manifest.build_id()), "  model ", cell(manifest.model()), "  tp ",
+                                 manifest.tp(), "\n");
+  if (!manifest.bundle().empty()) {
+    absl::StrAppend(&out, "bundle ", manifest.bundle(), "  commit ", cell(manifest.git_commit()), "  source ",
+                    ShortId(manifest.source_fingerprint()), "\n");
+  }
+  if (!manifest.contract().empty()) absl::StrAppend(&out, "contract ", manifest.contract(), "\n");
+  Table table({"rank", "pid", "device", "build id", "model", "synthetic", "communicator", "dtypes act/kv/gdn/conv",
+               "graph", "context", "chunk", "libraries"});
   for (const v1::WorkerManifest& w : manifest.workers()) {
-    table.AddRow({absl::StrCat(w.rank()), absl::StrCat(w.pid()), cell(w.device()),
-                  cell(ShortId(w.build_id())), cell(ShortId(w.model_fingerprint())),
-                  w.synthetic() ? "yes" : "no", cell(w.communicator()), cell(w.activation_dtype())});
+    const v1::EffectiveDtypes& t = w.dtypes();
+    table.AddRow({absl::StrCat(w.rank()), absl::StrCat(w.pid()), cell(absl::StrJoin({w.device().kind(), w.device().name()}, " ")),
+                  cell(ShortId(w.build_id())), cell(ShortId(w.model().fingerprint())), w.model().synthetic() ? "yes" : "no",
+                  cell(w.communicator()),
+                  absl::StrJoin({cell(t.activation()), cell(t.kv_cache()), cell(t.gdn_state()), cell(t.conv_state())}, "/"),
+                  cell(w.graph_mode()), absl::StrCat(w.max_context()), absl::StrCat(w.prefill_chunk()),
+                  absl::StrCat(w.mapped_objects_size())});
   }
   return out + table.Render();
 }

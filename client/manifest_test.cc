@@ -14,21 +14,23 @@ v1::Manifest TwoWorkers() {
     v1::WorkerManifest* w = m.add_workers();
     w->set_rank(r);
     w->set_pid(1000 + r);
-    w->set_device("cpu");
+    w->mutable_device()->set_kind("cpu");
     w->set_build_id("0123456789abcdef0123");
-    w->set_model_fingerprint("sha256:fedcba9876543210fedc");
-    w->set_synthetic(r == 1);
+    w->mutable_model()->set_fingerprint("sha256:fedcba9876543210fedc");
+    w->mutable_model()->set_synthetic(r == 1);
     w->set_communicator("gloo");
-    w->set_activation_dtype("fp32");
+    w->mutable_dtypes()->set_activation("F32");
+    w->set_graph_mode("none");
+    w->add_mapped_objects()->set_path("/lib/libglog.so.1");
   }
   return m;
 }
 
 TEST(Manifest, JsonRoundTripKeepsEveryFieldIncludingDefaults) {
   v1::Manifest m = TwoWorkers();
-  m.mutable_workers(0)->set_synthetic(false);
+  m.mutable_workers(0)->mutable_model()->set_synthetic(false);
   const std::string json = ManifestToJson(m);
-  EXPECT_NE(json.find("\"model_fingerprint\""), std::string::npos);
+  EXPECT_NE(json.find("\"fingerprint\""), std::string::npos);
   EXPECT_NE(json.find("\"synthetic\": false"), std::string::npos);
   absl::StatusOr<v1::Manifest> back = ManifestFromJson(json);
   ASSERT_TRUE(back.ok()) << back.status();
@@ -51,7 +53,8 @@ TEST(Manifest, ShortId) {
 TEST(Manifest, TableHasOneRowPerWorker) {
   const std::string table = FormatManifestTable(TwoWorkers());
   EXPECT_NE(table.find("build 0123456789abcdef0123  model qwen4_exp tiny  tp 2"), std::string::npos);
-  EXPECT_NE(table.find("model fingerprint"), std::string::npos);
+  EXPECT_NE(table.find("dtypes act/kv/gdn/conv"), std::string::npos);
+  EXPECT_NE(table.find("F32/-/-/-"), std::string::npos);
   EXPECT_NE(table.find("fedcba987654"), std::string::npos);
   EXPECT_NE(table.find("1001"), std::string::npos);
   EXPECT_NE(table.find("yes"), std::string::npos);
@@ -72,7 +75,7 @@ TEST(Manifest, DiffMatchesWorkersByRankAndHonoursIgnore) {
   EXPECT_EQ(d[0].b, "42");
 
   b.set_build_id("other");
-  b.mutable_workers(1)->set_device("cuda:0");  // rank 0
+  b.mutable_workers(1)->mutable_device()->set_kind("cuda");  // rank 0
   v1::WorkerManifest* extra = b.add_workers();
   extra->set_rank(2);
   d = DiffManifests(a, b, {"workers.pid"});
@@ -80,7 +83,7 @@ TEST(Manifest, DiffMatchesWorkersByRankAndHonoursIgnore) {
   EXPECT_EQ(d[0].path, "build_id");
   EXPECT_EQ(d[0].a, "\"0123456789abcdef0123\"");
   EXPECT_EQ(d[0].b, "\"other\"");
-  EXPECT_EQ(d[1].path, "workers[rank=0].device");
+  EXPECT_EQ(d[1].path, "workers[rank=0].device.kind");
   EXPECT_EQ(d[2].path, "workers[rank=2]");
   EXPECT_EQ(d[2].a, "(absent)");
   EXPECT_EQ(d[2].b, "(present)");

@@ -1,4 +1,4 @@
-// `q38`: the command line of the q38 server (generate, health, manifest, info, bench). The
+// `q38`: the command line of the q38 server (generate, health, manifest, info, bench, bundle). The
 // subcommands live in client/cli.cc; this file declares the flags and hands them over.
 #include <iostream>
 #include <optional>
@@ -36,6 +36,15 @@ ABSL_FLAG(std::optional<int>, warmup, std::nullopt, "bench: untimed requests fir
 ABSL_FLAG(std::optional<std::string>, tokenizer, std::nullopt,
           "bench: with --prompt_len, the model's tokenizer directory: the prompt is the contract's fixed sentence repeated to N tokens");
 ABSL_FLAG(std::optional<std::string>, sentence, std::nullopt, "bench --tokenizer: the sentence (default: the contract's)");
+ABSL_FLAG(std::optional<std::string>, contract, std::nullopt,
+          "bench: run the server's contract benchmark (Benchmark RPC) with this contract file");
+ABSL_FLAG(std::optional<int>, repeats, std::nullopt, "bench --contract: timed repeats, at least 2 (default: the contract's)");
+ABSL_FLAG(std::optional<std::string>, reference, std::nullopt,
+          "bench --contract: an earlier report; every timed run must equal its runs[0] tokens");
+ABSL_FLAG(std::optional<std::string>, build, std::nullopt, "bundle create: the build directory (holds build_manifest.json)");
+ABSL_FLAG(std::optional<std::string>, out, std::nullopt, "bundle create: the bundle directory to make (must not exist)");
+ABSL_FLAG(bool, strip_debug, false, "bundle create: strip debug info from the bundled binaries");
+ABSL_FLAG(std::optional<std::string>, source, std::nullopt, "bundle verify: also require this checkout's production tree");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(q38::client::UsageText());
@@ -67,6 +76,13 @@ int main(int argc, char** argv) {
   a.warmup = absl::GetFlag(FLAGS_warmup);
   a.tokenizer = absl::GetFlag(FLAGS_tokenizer);
   a.sentence = absl::GetFlag(FLAGS_sentence);
+  a.contract = absl::GetFlag(FLAGS_contract);
+  a.repeats = absl::GetFlag(FLAGS_repeats);
+  a.reference = absl::GetFlag(FLAGS_reference);
+  a.build = absl::GetFlag(FLAGS_build);
+  a.out = absl::GetFlag(FLAGS_out);
+  a.strip_debug = absl::GetFlag(FLAGS_strip_debug);
+  a.source = absl::GetFlag(FLAGS_source);
 
   // positional[0] is the program name.
   std::vector<std::string> rest(positional.begin() + 1, positional.end());

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/str_join.h"
+#include "common/json_fields.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 
@@ -16,75 +17,10 @@ namespace {
 
 using nlohmann::json;
 
-absl::Status FieldError(absl::string_view path, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("config: ", path, ": ", what));
-}
-
-// Reads typed fields of one JSON object, naming `prefix.field` in every error.
-class Fields {
- public:
-  Fields(const json& obj, std::string prefix) : obj_(obj), prefix_(std::move(prefix)) {}
-
-  std::string Path(absl::string_view key) const { return absl::StrCat(prefix_, key); }
-  bool Has(absl::string_view key) const {
-    auto it = obj_.find(key);
-    return it != obj_.end() && !it->is_null();
-  }
-  const json& At(absl::string_view key) const { return obj_.at(key); }
-
-  absl::StatusOr<int64_t> Int(absl::string_view key) const {
-    if (!Has(key)) return FieldError(Path(key), "missing");
-    const json& v = obj_.at(key);
-    if (!v.is_number_integer()) return FieldError(Path(key), "must be an integer");
-    return v.get<int64_t>();
-  }
-  absl::StatusOr<int64_t> PositiveInt(absl::string_view key) const {
-    ASSIGN_OR_RETURN(int64_t v, Int(key));
-    if (v <= 0) return FieldError(Path(key), absl::StrCat("must be positive, got ", v));
-    return v;
-  }
-  absl::StatusOr<int64_t> IntOr(absl::string_view key, int64_t fallback) const {
-    return Has(key) ? Int(key) : absl::StatusOr<int64_t>(fallback);
-  }
-  absl::StatusOr<double> Number(absl::string_view key) const {
-    if (!Has(key)) return FieldError(Path(key), "missing");
-    const json& v = obj_.at(key);
-    if (!v.is_number()) return FieldError(Path(key), "must be a number");
-    return v.get<double>();
-  }
-  absl::StatusOr<std::string> String(absl::string_view key) const {
-    if (!Has(key)) return FieldError(Path(key), "missing");
-    const json& v = obj_.at(key);
-    if (!v.is_string()) return FieldError(Path(key), "must be a string");
-    return v.get<std::string>();
-  }
-  absl::StatusOr<bool> BoolOr(absl::string_view key, bool fallback) const {
-    if (!Has(key)) return fallback;
-    const json& v = obj_.at(key);
-    if (!v.is_boolean()) return FieldError(Path(key), "must be true or false");
-    return v.get<bool>();
-  }
-  // An int or a non-empty list of ints (eos_token_id is either).
-  absl::StatusOr<std::vector<int64_t>> IntOrList(absl::string_view key) const {
-    if (!Has(key)) return FieldError(Path(key), "missing");
-    const json& v = obj_.at(key);
-    if (v.is_number_integer()) return std::vector<int64_t>{v.get<int64_t>()};
-    if (!v.is_array() || v.empty()) return FieldError(Path(key), "must be an int or a list of ints");
-    std::vector<int64_t> out;
-    for (const json& e : v) {
-      if (!e.is_number_integer()) return FieldError(Path(key), "must be an int or a list of ints");
-      out.push_back(e.get<int64_t>());
-    }
-    return out;
-  }
-
- private:
-  const json& obj_;
-  std::string prefix_;
-};
+absl::Status ConfigError(absl::string_view path, absl::string_view what) { return q38::FieldError("config", path, what); }
 
 absl::StatusOr<LayerType> ParseLayerType(const json& v, absl::string_view path) {
-  if (!v.is_string()) return FieldError(path, "must be a string");
+  if (!v.is_string()) return ConfigError(path, "must be a string");
   const std::string s = v.get<std::string>();
   if (s == "linear_attention") return LayerType::kGatedDeltaNet;
   // Every attention label of the model's history runs the QSA indexer (MODEL.md §0, §18.3).
@@ -92,18 +28,18 @@ absl::StatusOr<LayerType> ParseLayerType(const json& v, absl::string_view path) 
       s == "deepseek_sparse_attention") {
     return LayerType::kAttention;
   }
-  return FieldError(path, absl::StrCat("unknown layer type \"", s, "\""));
+  return ConfigError(path, absl::StrCat("unknown layer type \"", s, "\""));
 }
 
 absl::Status ParseRope(const Fields& f, ModelConfig& c) {
   double partial = 0;
   if (f.Has("rope_parameters")) {
     const json& rp = f.At("rope_parameters");
-    if (!rp.is_object()) return FieldError(f.Path("rope_parameters"), "must be an object");
-    Fields r(rp, f.Path("rope_parameters."));
+    if (!rp.is_object()) return ConfigError(f.Path("rope_parameters"), "must be an object");
+    Fields r(rp, "config", f.Path("rope_parameters."));
     ASSIGN_OR_RETURN(std::string type, r.String("rope_type"));
     if (type != "default") {
-      return FieldError(r.Path("rope_type"), absl::StrCat("only \"default\" is supported, got \"", type, "\""));
+      return ConfigError(r.Path("rope_type"), absl::StrCat("only \"default\" is supported, got \"", type, "\""));
     }
     ASSIGN_OR_RETURN(c.rope_theta, r.Number("rope_theta"));
     if (r.Has("partial_rotary_factor")) {
@@ -115,10 +51,10 @@ absl::Status ParseRope(const Fields& f, ModelConfig& c) {
   if (partial == 0) {
     ASSIGN_OR_RETURN(partial, f.Number("partial_rotary_factor"));
   }
-  if (c.rope_theta <= 0) return FieldError(f.Path("rope_theta"), "must be positive");
+  if (c.rope_theta <= 0) return ConfigError(f.Path("rope_theta"), "must be positive");
   const double rd = c.head_dim * partial;
   if (!(partial > 0 && partial <= 1) || rd != std::floor(rd) || static_cast<int>(rd) % 2 != 0) {
-    return FieldError(f.Path("partial_rotary_factor"),
+    return ConfigError(f.Path("partial_rotary_factor"),
                       "head_dim · partial_rotary_factor must be an even whole number");
   }
   c.rotary_dim = static_cast<int>(rd);
@@ -159,48 +95,48 @@ absl::Status ParseText(const Fields& f, ModelConfig& c) {
   ASSIGN_OR_RETURN(int64_t split, f.IntOr("split_ngram_parts", 512));
   c.split_ngram_parts = static_cast<int>(split);
   ASSIGN_OR_RETURN(int64_t seed, f.IntOr("seed", 1234));
-  if (seed < 0) return FieldError(f.Path("seed"), "must be non-negative");
+  if (seed < 0) return ConfigError(f.Path("seed"), "must be non-negative");
   c.seed = static_cast<uint64_t>(seed);
   if (f.Has("rms_norm_eps")) {
     ASSIGN_OR_RETURN(c.rms_norm_eps, f.Number("rms_norm_eps"));
   }
-  if (!(c.rms_norm_eps > 0)) return FieldError(f.Path("rms_norm_eps"), "must be positive");
+  if (!(c.rms_norm_eps > 0)) return ConfigError(f.Path("rms_norm_eps"), "must be positive");
   RETURN_IF_ERROR(ParseRope(f, c));
 
   ASSIGN_OR_RETURN(c.eos_token_ids, f.IntOrList("eos_token_id"));
   ASSIGN_OR_RETURN(c.bos_token_id, f.IntOr("bos_token_id", -1));
   for (int64_t id : c.eos_token_ids) {
-    if (id < 0 || id >= c.vocab_size) return FieldError(f.Path("eos_token_id"), "outside the vocabulary");
+    if (id < 0 || id >= c.vocab_size) return ConfigError(f.Path("eos_token_id"), "outside the vocabulary");
   }
 
   // Settings the model supports only one way: refuse rather than compute something else.
   ASSIGN_OR_RETURN(std::string act, f.String("hidden_act"));
-  if (act != "silu") return FieldError(f.Path("hidden_act"), "only silu is supported");
+  if (act != "silu") return ConfigError(f.Path("hidden_act"), "only silu is supported");
   ASSIGN_OR_RETURN(bool bias, f.BoolOr("attention_bias", false));
-  if (bias) return FieldError(f.Path("attention_bias"), "attention bias is not supported");
+  if (bias) return ConfigError(f.Path("attention_bias"), "attention bias is not supported");
   ASSIGN_OR_RETURN(bool norm_topk, f.BoolOr("norm_topk_prob", true));
-  if (!norm_topk) return FieldError(f.Path("norm_topk_prob"), "only true is supported");
+  if (!norm_topk) return ConfigError(f.Path("norm_topk_prob"), "only true is supported");
   ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", false));
-  if (tied) return FieldError(f.Path("tie_word_embeddings"), "tied embeddings are not supported");
+  if (tied) return ConfigError(f.Path("tie_word_embeddings"), "tied embeddings are not supported");
   ASSIGN_OR_RETURN(int64_t idx_kv, f.IntOr("indexer_kv_heads", 1));
-  if (idx_kv != 1) return FieldError(f.Path("indexer_kv_heads"), "must be 1");
+  if (idx_kv != 1) return ConfigError(f.Path("indexer_kv_heads"), "must be 1");
   if (f.Has("output_gate_type")) {
     ASSIGN_OR_RETURN(std::string gate, f.String("output_gate_type"));
     if (gate != "sigmoid" && gate != "silu") {
-      return FieldError(f.Path("output_gate_type"), absl::StrCat("unknown gate \"", gate, "\""));
+      return ConfigError(f.Path("output_gate_type"), absl::StrCat("unknown gate \"", gate, "\""));
     }
     c.gdn_output_gate_sigmoid = gate == "sigmoid";
   }
   if (f.Has("mamba_ssm_dtype")) {
     ASSIGN_OR_RETURN(std::string ssm, f.String("mamba_ssm_dtype"));
-    if (ssm != "float32") return FieldError(f.Path("mamba_ssm_dtype"), "the recurrent state must be float32");
+    if (ssm != "float32") return ConfigError(f.Path("mamba_ssm_dtype"), "the recurrent state must be float32");
   }
 
-  if (!f.Has("layer_types")) return FieldError(f.Path("layer_types"), "missing");
+  if (!f.Has("layer_types")) return ConfigError(f.Path("layer_types"), "missing");
   const json& lt = f.At("layer_types");
-  if (!lt.is_array()) return FieldError(f.Path("layer_types"), "must be a list");
+  if (!lt.is_array()) return ConfigError(f.Path("layer_types"), "must be a list");
   if (static_cast<int>(lt.size()) != c.num_layers) {
-    return FieldError(f.Path("layer_types"), absl::StrCat("has ", lt.size(), " entries for ",
+    return ConfigError(f.Path("layer_types"), absl::StrCat("has ", lt.size(), " entries for ",
                                                           c.num_layers, " layers"));
   }
   for (size_t i = 0; i < lt.size(); ++i) {
@@ -209,11 +145,11 @@ absl::Status ParseText(const Fields& f, ModelConfig& c) {
   }
 
   if (!f.Has("ple_layer_ids") || !f.At("ple_layer_ids").is_array()) {
-    return FieldError(f.Path("ple_layer_ids"), "missing or not a list");
+    return ConfigError(f.Path("ple_layer_ids"), "missing or not a list");
   }
   for (const json& v : f.At("ple_layer_ids")) {
     if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > c.num_layers) {
-      return FieldError(f.Path("ple_layer_ids"), "entries are 1-based layer numbers in [1, num_hidden_layers]");
+      return ConfigError(f.Path("ple_layer_ids"), "entries are 1-based layer numbers in [1, num_hidden_layers]");
     }
     c.ple_layers.push_back(static_cast<int>(v.get<int64_t>() - 1));
   }
@@ -223,7 +159,7 @@ absl::Status ParseText(const Fields& f, ModelConfig& c) {
 // Cross-field consistency: every divisibility the math and the TP plan rely on.
 absl::Status Validate(const ModelConfig& c) {
   auto need = [](bool ok, absl::string_view field, absl::string_view why) {
-    return ok ? absl::OkStatus() : FieldError(absl::StrCat("text_config.", field), why);
+    return ok ? absl::OkStatus() : ConfigError(absl::StrCat("text_config.", field), why);
   };
   RETURN_IF_ERROR(need(c.num_heads % c.num_kv_heads == 0, "num_key_value_heads", "must divide num_attention_heads"));
   RETURN_IF_ERROR(need(c.rotary_dim <= c.indexer_head_dim, "indexer_head_dim", "must be at least the rotary dims"));
@@ -261,16 +197,16 @@ bool ModelConfig::has_ple(int layer) const {
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
   ASSIGN_OR_RETURN(json root, ParseJson(json_text, "config.json"));
-  Fields outer(root, "");
+  Fields outer(root, "config");
   ModelConfig c;
   ASSIGN_OR_RETURN(c.model_type, outer.String("model_type"));
   if (c.model_type != "qwen4_exp") {
-    return FieldError("model_type", absl::StrCat("expected \"qwen4_exp\", got \"", c.model_type, "\""));
+    return ConfigError("model_type", absl::StrCat("expected \"qwen4_exp\", got \"", c.model_type, "\""));
   }
   if (!outer.Has("text_config") || !root.at("text_config").is_object()) {
-    return FieldError("text_config", "missing or not an object");
+    return ConfigError("text_config", "missing or not an object");
   }
-  Fields text(root.at("text_config"), "text_config.");
+  Fields text(root.at("text_config"), "config", "text_config.");
   RETURN_IF_ERROR(ParseText(text, c));
   RETURN_IF_ERROR(Validate(c));
   return c;
@@ -278,7 +214,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
 
 absl::StatusOr<GenerationConfig> ParseGenerationConfig(const std::string& json_text) {
   ASSIGN_OR_RETURN(json root, ParseJson(json_text, "generation_config.json"));
-  Fields f(root, "generation_config.");
+  Fields f(root, "config", "generation_config.");
   GenerationConfig g;
   ASSIGN_OR_RETURN(g.eos_token_ids, f.IntOrList("eos_token_id"));
   if (f.Has("temperature")) {
@@ -290,9 +226,9 @@ absl::StatusOr<GenerationConfig> ParseGenerationConfig(const std::string& json_t
   ASSIGN_OR_RETURN(int64_t top_k, f.IntOr("top_k", 0));
   g.top_k = static_cast<int>(top_k);
   ASSIGN_OR_RETURN(g.do_sample, f.BoolOr("do_sample", false));
-  if (!(g.temperature >= 0)) return FieldError(f.Path("temperature"), "must be non-negative");
-  if (!(g.top_p > 0 && g.top_p <= 1)) return FieldError(f.Path("top_p"), "must be in (0, 1]");
-  if (g.top_k < 0) return FieldError(f.Path("top_k"), "must be non-negative");
+  if (!(g.temperature >= 0)) return ConfigError(f.Path("temperature"), "must be non-negative");
+  if (!(g.top_p > 0 && g.top_p <= 1)) return ConfigError(f.Path("top_p"), "must be in (0, 1]");
+  if (g.top_k < 0) return ConfigError(f.Path("top_k"), "must be non-negative");
   return g;
 }
 

@@ -3,10 +3,15 @@
 // SM70 kernels. Tensors passed in live in the backend's memory (Alloc/Upload).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#include "kernels/ple/ple.h"
 #include "kernels/tensor.h"
 
 namespace q38 {
@@ -42,14 +47,12 @@ struct ExpertWeights {
   int64_t intermediate = 0;  // I on this rank
 };
 
-// The n-gram table stays in host memory on every backend (DESIGN.md §6).
-// The checkpoint stores it in shards of equal row counts, concatenated by shard index.
-struct PleTableView {
-  std::vector<const uint8_t*> shards;
-  int64_t rows_per_shard = 0;
-  DType dtype = DType::kF8E4M3;
-  int64_t row_width = 0;
-  float scale = 1.0f;
+// A recorded sequence of backend work that can be run again (DESIGN.md §5: decode runs as one
+// CUDA graph per step). The buffers it was recorded with stay its inputs and outputs.
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
+  virtual absl::Status Replay() = 0;
 };
 
 class Backend {
@@ -58,15 +61,26 @@ class Backend {
   virtual std::string name() const = 0;
 
   // Memory. Activations use act_dtype(); Upload converts FP32 host data to the backend's weight
-  // format, UploadRaw copies bytes (codes, scales, ids).
+  // format (counting values that format cannot hold in overflow_count()), UploadF32 keeps FP32
+  // (scales, gate constants), UploadRaw copies bytes (codes, scales, ids). AllocStaging returns
+  // host memory the backend's ops can read directly, for inputs refilled before every step.
   virtual DType act_dtype() const = 0;
   virtual Buffer Alloc(DType dtype, std::vector<int64_t> shape) = 0;
+  virtual Buffer AllocStaging(DType dtype, std::vector<int64_t> shape) = 0;
   virtual Buffer Upload(const std::vector<float>& host, std::vector<int64_t> shape) = 0;
+  virtual Buffer UploadF32(const std::vector<float>& host, std::vector<int64_t> shape) = 0;
   virtual Buffer UploadRaw(const void* host, DType dtype, std::vector<int64_t> shape) = 0;
+  virtual int64_t overflow_count() const = 0;
   virtual void CopyToHost(const Tensor& src, void* host) = 0;  // activations arrive as FP32
   virtual void CopyFromHost(const void* host, Tensor& dst) = 0;
   virtual void Copy(const Tensor& src, Tensor& dst) = 0;
   virtual void Fill(Tensor& dst, float value) = 0;
+  // Synthetic weights (common/splitmix64.h): floats uniform in ±spread, U8 uniform bytes, F8_E4M3
+  // block-scale bytes; element i depends only on (seed, i), alike on every backend.
+  virtual void FillRandom(Tensor& dst, uint64_t seed, float spread) = 0;
+  // cache[positions[t]] = src[t] for each row t: cache writes addressed by device-side positions,
+  // so a recorded step stays valid at the next position.
+  virtual void WriteRows(const Tensor& src, Tensor& cache, const Tensor& positions) = 0;
 
   // Dense and elementwise.
   virtual void Linear(const Tensor& x, const Tensor& w, Tensor& y) = 0;  // y[T,N] = x[T,K]·w[N,K]ᵀ
@@ -93,8 +107,9 @@ class Backend {
                             Tensor& o, int64_t key_heads, int64_t key_dim, bool chunked) = 0;
 
   // QSA (kernels/attention).
+  // Pools every block that a token at one of `positions` completes.
   virtual void IndexerPoolBlocks(const Tensor& raw_keys, const Tensor& knorm_w, Tensor& pooled,
-                                 int64_t first, int64_t count, int64_t ratio, float eps,
+                                 const Tensor& positions, int64_t ratio, float eps,
                                  int64_t rotary_dim, double theta) = 0;
   virtual void IndexerSelect(const Tensor& iq, const Tensor& pooled, const Tensor& positions,
                              Tensor& sel, int64_t ratio) = 0;
@@ -113,12 +128,20 @@ class Backend {
   virtual void HcCombine(const Tensor& m, const Tensor& xn, Tensor& h) = 0;
   virtual void HcResidual(Tensor& X, const Tensor& g, const Tensor& y) = 0;
 
-  // PLE (kernels/ple): rows I64 [T, heads] index the host table.
-  virtual void PleGather(const PleTableView& table, const std::vector<int64_t>& rows, Tensor& E) = 0;
+  // PLE (kernels/ple): staged [T, heads·row_width] holds the gathered table rows as stored
+  // (kernels/ple/ple.h PleStageRows, into AllocStaging memory); E = staged · scale.
+  virtual void PleLoad(const Tensor& staged, float scale, Tensor& E) = 0;
   virtual void PleGate(const Tensor& kn, const Tensor& qn, const Tensor& v, Tensor& G) = 0;
 
-  // Waits for queued work (a no-op on the CPU).
-  virtual void Synchronize() = 0;
+  // Records `body` without running it; Replay runs it. The CPU backend replays by calling body.
+  virtual absl::StatusOr<std::unique_ptr<StepGraph>> Capture(const std::function<absl::Status()>& body) = 0;
+
+  // Makes this backend's device current for the calling thread. CUDA picks the device per thread,
+  // and a worker's requests arrive on RPC threads the backend was not created on.
+  virtual void BindToThread() {}
+
+  // Waits for queued work; reports a device fault.
+  virtual absl::Status Synchronize() = 0;
 };
 
 std::unique_ptr<Backend> MakeCpuBackend();

@@ -14,6 +14,7 @@
 #include "kernels/ple/ple.h"
 #include "kernels/rope/rope.h"
 #include "kernels/activation.h"
+#include "common/splitmix64.h"
 
 namespace q38 {
 namespace {
@@ -36,12 +37,17 @@ class CpuBackend final : public Backend {
     t.data = storage.get();
     return Buffer(std::move(t), std::move(storage));
   }
+  Buffer AllocStaging(DType dtype, std::vector<int64_t> shape) override { return Alloc(dtype, std::move(shape)); }
   Buffer Upload(const std::vector<float>& host, std::vector<int64_t> shape) override {
     Buffer b = Alloc(DType::kF32, std::move(shape));
     CHECK_EQ(static_cast<size_t>(b.t().numel()), host.size());
     std::memcpy(b.t().data, host.data(), host.size() * sizeof(float));
     return b;
   }
+  Buffer UploadF32(const std::vector<float>& host, std::vector<int64_t> shape) override {
+    return Upload(host, std::move(shape));
+  }
+  int64_t overflow_count() const override { return 0; }
   Buffer UploadRaw(const void* host, DType dtype, std::vector<int64_t> shape) override {
     Buffer b = Alloc(dtype, std::move(shape));
     std::memcpy(b.t().data, host, b.t().nbytes());
@@ -54,6 +60,26 @@ class CpuBackend final : public Backend {
     std::memmove(dst.data, src.data, src.nbytes());
   }
   void Fill(Tensor& dst, float value) override { std::fill(F(dst), F(dst) + dst.numel(), value); }
+  void FillRandom(Tensor& dst, uint64_t seed, float spread) override {
+    for (int64_t i = 0; i < dst.numel(); ++i) {
+      switch (dst.dtype) {
+        case DType::kU8:
+          dst.as<uint8_t>()[i] = SyntheticByte(seed, i);
+          break;
+        case DType::kF8E4M3:
+          dst.as<uint8_t>()[i] = SyntheticScaleByte(seed, i);
+          break;
+        default:
+          F(dst)[i] = SyntheticUniform(seed, i, spread);
+      }
+    }
+  }
+  void WriteRows(const Tensor& src, Tensor& cache, const Tensor& positions) override {
+    const int64_t row = src.row_size();
+    for (int64_t t = 0; t < src.dim(0); ++t) {
+      std::copy_n(F(src) + t * row, row, F(cache) + positions.as<int64_t>()[t] * row);
+    }
+  }
 
   void Linear(const Tensor& x, const Tensor& w, Tensor& y) override {
     CHECK_EQ(x.dim(-1), w.dim(1));
@@ -106,10 +132,14 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void IndexerPoolBlocks(const Tensor& raw_keys, const Tensor& knorm_w, Tensor& pooled, int64_t first,
-                         int64_t count, int64_t ratio, float eps, int64_t rotary_dim, double theta) override {
-    cpu::IndexerPoolBlocks(F(raw_keys), F(knorm_w), F(pooled), first, count, raw_keys.dim(-1), ratio,
-                           eps, rotary_dim, theta);
+  void IndexerPoolBlocks(const Tensor& raw_keys, const Tensor& knorm_w, Tensor& pooled, const Tensor& positions,
+                         int64_t ratio, float eps, int64_t rotary_dim, double theta) override {
+    for (int64_t t = 0; t < positions.numel(); ++t) {
+      const int64_t end = positions.as<int64_t>()[t] + 1;
+      if (end % ratio != 0) continue;
+      cpu::IndexerPoolBlocks(F(raw_keys), F(knorm_w), F(pooled), end / ratio - 1, 1, raw_keys.dim(-1), ratio, eps,
+                             rotary_dim, theta);
+    }
   }
   void IndexerSelect(const Tensor& iq, const Tensor& pooled, const Tensor& positions, Tensor& sel,
                      int64_t ratio) override {
@@ -158,16 +188,29 @@ class CpuBackend final : public Backend {
     cpu::HcResidual(F(X), F(g), F(y), Rows(y), g.dim(-1), y.dim(-1));
   }
 
-  void PleGather(const PleTableView& table, const std::vector<int64_t>& rows, Tensor& E) override {
-    const cpu::PleTable t{table.shards.data(), table.rows_per_shard, table.dtype, table.row_width, table.scale};
-    const int64_t T = E.dim(0);
-    cpu::PleGather(t, rows.data(), F(E), T, static_cast<int64_t>(rows.size()) / T);
+  void PleLoad(const Tensor& staged, float scale, Tensor& E) override {
+    cpu::PleLoad(staged.as<uint8_t>(), staged.dtype, scale, F(E), E.numel());
   }
   void PleGate(const Tensor& kn, const Tensor& qn, const Tensor& v, Tensor& G) override {
     cpu::PleGate(F(kn), F(qn), F(v), F(G), Rows(v), kn.dim(-1) / v.dim(-1), v.dim(-1));
   }
 
-  void Synchronize() override {}
+  absl::StatusOr<std::unique_ptr<StepGraph>> Capture(const std::function<absl::Status()>& body) override {
+    return std::make_unique<Rerun>(body);
+  }
+
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+ private:
+  // Nothing to record on the CPU: a replay runs the body again.
+  class Rerun final : public StepGraph {
+   public:
+    explicit Rerun(std::function<absl::Status()> body) : body_(std::move(body)) {}
+    absl::Status Replay() override { return body_(); }
+
+   private:
+    std::function<absl::Status()> body_;
+  };
 };
 
 }  // namespace

@@ -9,6 +9,8 @@ packages=(
   libabsl-dev libgoogle-glog-dev libgflags-dev libgtest-dev libgmock-dev
   prometheus-cpp-dev prometheus libgloo-dev
   libpcre2-dev libutf8proc-dev libssl-dev nlohmann-json3-dev
+  python3-venv
+  python3-jsonschema
 )
 
 missing=()
@@ -20,4 +22,15 @@ if ((${#missing[@]})); then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Where a CUDA toolkit is present: a CUDA 12.x ptxas for the SM70 legality check (CUDA 13 cannot
+# target sm_70; scripts/check-sm70.sh), from PyPI into .venv-cuda12 beside the sources.
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  venv="$(dirname "$0")/../.venv-cuda12"
+  if ! ls "$venv"/lib/python3*/site-packages/nvidia/cuda_nvcc/bin/ptxas >/dev/null 2>&1; then
+    echo "setup-deps: installing a CUDA 12.x ptxas (nvidia-cuda-nvcc-cu12) into .venv-cuda12"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q "nvidia-cuda-nvcc-cu12>=12.8,<13"
+  fi
 fi

@@ -293,6 +293,14 @@ struct Metrics::Impl {
   Gauge* running = nullptr;
   Gauge* waiting = nullptr;
 
+  prometheus::Family<Gauge>* contract_family = nullptr;
+  Gauge* contract = nullptr;
+  prometheus::Family<Gauge>*bench_decode = nullptr, *bench_prefill = nullptr, *bench_tpot = nullptr, *bench_ttft = nullptr;
+  std::vector<std::pair<prometheus::Family<Gauge>*, Gauge*>> bench_cases;
+  Gauge* bench_passed = nullptr;
+  Gauge* bench_ended = nullptr;
+  std::mutex info_mu;  // contract and benchmark series
+
   prometheus::Family<Gauge>* worker_memory_family = nullptr;
   std::mutex worker_memory_mu;
   std::map<int, Gauge*> worker_memory;
@@ -317,8 +325,30 @@ Metrics::Metrics(const BuildInfo& build) : impl_(std::make_unique<Impl>()) {
             {"build_id", build.build_id},
             {"compiler", build.compiler},
             {"device", build.device},
-            {"tp", absl::StrCat(build.tp)}})
+            {"tp", absl::StrCat(build.tp)},
+            {"source_fingerprint", build.source_fingerprint}})
       .Set(1);
+  impl_->contract_family = &GaugeFamily(
+      r, "q38_contract_info",
+      "The baseline contract served or last benchmarked under; the value is always 1, the labels "
+      "name it.");
+  auto per_case = [&](const char* name, const char* help) { return &GaugeFamily(r, name, help); };
+  impl_->bench_decode = per_case("q38_benchmark_decode_tokens_per_second",
+                                 "Last contract benchmark: decode tokens per second, (output tokens - 1) / (last - first token "
+                                 "time), mean over the timed repeats, by case.");
+  impl_->bench_prefill = per_case("q38_benchmark_prefill_tokens_per_second",
+                                  "Last contract benchmark: prompt tokens / (first token - scheduled), mean over the timed "
+                                  "repeats, by case.");
+  impl_->bench_tpot = per_case("q38_benchmark_time_per_output_token_seconds",
+                               "Last contract benchmark: decode time / (output tokens - 1), mean over the timed repeats, by case.");
+  impl_->bench_ttft = per_case("q38_benchmark_time_to_first_token_seconds",
+                               "Last contract benchmark: received to first token, mean over the timed repeats, by case.");
+  impl_->bench_passed = &GaugeFamily(r, "q38_benchmark_passed",
+                                     "1 when the last contract benchmark completed (health, repeatability, reference), else 0.")
+                             .Add({});
+  impl_->bench_ended = &GaugeFamily(r, "q38_benchmark_last_end_timestamp_seconds",
+                                    "Unix time the last contract benchmark ended; 0 before the first.")
+                            .Add({});
 
   impl_->received = &CounterFamily(r, "q38_requests_received_total",
                                    "Generate requests received, before admission.")
@@ -492,6 +522,29 @@ void Metrics::SetWorkerMemoryBytes(int rank, double bytes) {
     gauge = slot;
   }
   gauge->Set(bytes);
+}
+
+void Metrics::SetContract(std::string_view name, std::string_view sha256) {
+  std::lock_guard<std::mutex> lock(impl_->info_mu);
+  if (impl_->contract != nullptr) impl_->contract_family->Remove(impl_->contract);
+  impl_->contract = &impl_->contract_family->Add({{"name", std::string(name)}, {"sha256", std::string(sha256)}});
+  impl_->contract->Set(1);
+}
+
+void Metrics::SetLastBenchmark(const std::vector<BenchmarkCaseGauges>& cases, bool passed, double ended_unix) {
+  std::lock_guard<std::mutex> lock(impl_->info_mu);
+  for (auto& [family, gauge] : impl_->bench_cases) family->Remove(gauge);
+  impl_->bench_cases.clear();
+  for (const BenchmarkCaseGauges& c : cases) {
+    for (auto [family, value] : {std::pair{impl_->bench_decode, c.decode_tps}, std::pair{impl_->bench_prefill, c.prefill_tps},
+                                 std::pair{impl_->bench_tpot, c.tpot_s}, std::pair{impl_->bench_ttft, c.ttft_s}}) {
+      Gauge* g = &family->Add({{"case", c.name}});
+      g->Set(value);
+      impl_->bench_cases.emplace_back(family, g);
+    }
+  }
+  impl_->bench_passed->Set(passed ? 1 : 0);
+  impl_->bench_ended->Set(ended_unix);
 }
 
 }  // namespace q38

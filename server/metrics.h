@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -25,6 +26,16 @@ struct BuildInfo {
   std::string compiler;
   std::string device;
   int tp = 0;  // tensor-parallel ranks; the worker-state gauge starts with ranks [0, tp) "starting"
+  std::string source_fingerprint;  // the build manifest's, when run from a bundle
+};
+
+// One case of the last contract benchmark (means over its timed repeats).
+struct BenchmarkCaseGauges {
+  std::string name;  // fixed_8192
+  double decode_tps = 0;
+  double prefill_tps = 0;
+  double tpot_s = 0;
+  double ttft_s = 0;
 };
 
 // The closed sets the one-hot gauges range over, in exposition order.
@@ -96,6 +107,13 @@ class Metrics {
   void SetWorkerState(int rank, std::string_view state);
   void SetServerState(std::string_view state);  // starts as "starting"
   void SetWorkerMemoryBytes(int rank, double bytes);
+
+  // q38_contract_info{name, sha256} = 1 for the contract served or last benchmarked under; the
+  // previous series goes.
+  void SetContract(std::string_view name, std::string_view sha256);
+  // The last benchmark: per-case gauges (the previous benchmark's cases go), whether it passed and
+  // when it ended.
+  void SetLastBenchmark(const std::vector<BenchmarkCaseGauges>& cases, bool passed, double ended_unix);
 
  private:
   struct Impl;

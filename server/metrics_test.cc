@@ -138,7 +138,7 @@ Exposition Parse(const std::string& text) {
 }
 
 BuildInfo TestBuild(int tp = 2) {
-  return BuildInfo{"0.1.0", "0123abcd", "build-42", "gcc 12.2.0", "cpu", tp};
+  return BuildInfo{"0.1.0", "0123abcd", "build-42", "gcc 12.2.0", "cpu", tp, "fp-7"};
 }
 
 // Expects exactly one of `states` to be 1 (the `hot` one) and the rest 0, for one label set.
@@ -256,6 +256,8 @@ void Exercise(Metrics& m) {
   m.SetServerState("ready");
   m.SetWorkerMemoryBytes(0, 12.5e9);
   m.SetWorkerMemoryBytes(1, 12.25e9);
+  m.SetContract("tiny-cpu", "abc");
+  m.SetLastBenchmark({{"fixed_64", 100, 1000, 0.01, 0.05}}, true, 1.7e9);
 }
 
 TEST(Metrics, BuildInfoIsOneWithItsLabels) {
@@ -267,8 +269,34 @@ TEST(Metrics, BuildInfoIsOneWithItsLabels) {
                                     {"build_id", "build-42"},
                                     {"compiler", "gcc 12.2.0"},
                                     {"device", "cpu"},
-                                    {"tp", "4"}}),
+                                    {"tp", "4"},
+                                    {"source_fingerprint", "fp-7"}}),
             1.0);
+}
+
+TEST(Metrics, ContractInfoNamesTheCurrentContractOnly) {
+  Metrics m(TestBuild());
+  m.SetContract("seed", "aa");
+  m.SetContract("tiny-cpu", "bb");
+  Exposition e = Parse(m.Render());
+  EXPECT_EQ(e.types["q38_contract_info"], "gauge");
+  EXPECT_EQ(e.At("q38_contract_info", {{"name", "tiny-cpu"}, {"sha256", "bb"}}), 1.0);
+  EXPECT_EQ(e.samples.count({"q38_contract_info", Labels{{"name", "seed"}, {"sha256", "aa"}}}), 0u);
+}
+
+TEST(Metrics, LastBenchmarkReplacesThePreviousOne) {
+  Metrics m(TestBuild());
+  EXPECT_EQ(Parse(m.Render()).At("q38_benchmark_last_end_timestamp_seconds", {}), 0.0);
+  m.SetLastBenchmark({{"fixed_8192", 97.7, 6950.2, 0.01023, 1.2}, {"fixed_261631", 74.0, 5170.0, 0.0135, 50.6}}, true, 1.7e9);
+  m.SetLastBenchmark({{"fixed_64", 120.5, 900.0, 0.0083, 0.07}}, false, 1.8e9);
+  Exposition e = Parse(m.Render());
+  EXPECT_EQ(e.At("q38_benchmark_decode_tokens_per_second", {{"case", "fixed_64"}}), 120.5);
+  EXPECT_EQ(e.At("q38_benchmark_prefill_tokens_per_second", {{"case", "fixed_64"}}), 900.0);
+  EXPECT_EQ(e.At("q38_benchmark_time_per_output_token_seconds", {{"case", "fixed_64"}}), 0.0083);
+  EXPECT_EQ(e.At("q38_benchmark_time_to_first_token_seconds", {{"case", "fixed_64"}}), 0.07);
+  EXPECT_EQ(e.samples.count({"q38_benchmark_decode_tokens_per_second", Labels{{"case", "fixed_8192"}}}), 0u);
+  EXPECT_EQ(e.At("q38_benchmark_passed", {}), 0.0);
+  EXPECT_EQ(e.At("q38_benchmark_last_end_timestamp_seconds", {}), 1.8e9);
 }
 
 TEST(Metrics, EveryFamilyHasItsTypeAndHelp) {
@@ -291,6 +319,13 @@ TEST(Metrics, EveryFamilyHasItsTypeAndHelp) {
       {"q38_worker_state", "gauge"},
       {"q38_server_state", "gauge"},
       {"q38_worker_memory_bytes", "gauge"},
+      {"q38_contract_info", "gauge"},
+      {"q38_benchmark_decode_tokens_per_second", "gauge"},
+      {"q38_benchmark_prefill_tokens_per_second", "gauge"},
+      {"q38_benchmark_time_per_output_token_seconds", "gauge"},
+      {"q38_benchmark_time_to_first_token_seconds", "gauge"},
+      {"q38_benchmark_passed", "gauge"},
+      {"q38_benchmark_last_end_timestamp_seconds", "gauge"},
       {"q38_request_queue_time_seconds", "histogram"},
       {"q38_time_to_first_token_seconds", "histogram"},
       {"q38_inter_token_latency_seconds", "histogram"},
@@ -562,7 +597,7 @@ TEST(MetricsServe, ScrapeReturnsTheRenderedFamilies) {
   Exposition scraped = Parse(response->body);
   Exposition rendered = Parse(m.Render());
   EXPECT_EQ(scraped.FamiliesWithPrefix("q38_"), rendered.FamiliesWithPrefix("q38_"));
-  EXPECT_EQ(scraped.FamiliesWithPrefix("q38_").size(), 21u);
+  EXPECT_EQ(scraped.FamiliesWithPrefix("q38_").size(), 28u);
   for (const auto& [key, value] : rendered.samples) {
     EXPECT_EQ(scraped.Get(key.first, key.second), value)
         << key.first << " " << ::testing::PrintToString(key.second);
@@ -632,6 +667,7 @@ TEST(MetricsPromtool, ScrapeAndRenderPassCheckMetrics) {
                                                         {"git_commit", "0123abcd"},
                                                         {"build_id", "line\nbreak"},
                                                         {"compiler", "g++ \"12.2\" \\ (Debian)"},
+                                                        {"source_fingerprint", "fp-7"},
                                                         {"device", "cpu"},
                                                         {"tp", "2"}}),
             1.0);

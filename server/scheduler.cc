@@ -1,13 +1,14 @@
 #include "server/scheduler.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 
 namespace q38 {
-Scheduler::Scheduler(Supervisor& supervisor, Metrics& metrics, size_t queue_size, int64_t prefill_chunk)
-    : supervisor_(supervisor), metrics_(metrics), queue_size_(queue_size), prefill_chunk_(prefill_chunk),
-      thread_([this] { Loop(); }) {}
+Scheduler::Scheduler(Supervisor& supervisor, Metrics& metrics, size_t queue_size)
+    : supervisor_(supervisor), metrics_(metrics), queue_size_(queue_size), thread_([this] { Loop(); }) {}
 
 Scheduler::~Scheduler() { Stop(); }
 
@@ -24,6 +25,12 @@ absl::Status Scheduler::Submit(std::shared_ptr<Job> job) {
   std::lock_guard<std::mutex> l(mu_);
   if (draining_ || stopping_) return absl::UnavailableError("server is draining; not accepting requests");
   if (!available_) return absl::UnavailableError("workers are not ready");
+  if (job->benchmark) {
+    if (!benchmarking_) return absl::FailedPreconditionError("no benchmark holds the scheduler");
+    benchmark_queue_.push_back(std::move(job));
+    cv_.notify_all();
+    return absl::OkStatus();
+  }
   if (queue_.size() >= queue_size_) {
     return absl::ResourceExhaustedError(absl::StrCat("queue full (", queue_size_, " waiting)"));
   }
@@ -31,6 +38,23 @@ absl::Status Scheduler::Submit(std::shared_ptr<Job> job) {
   metrics_.SetWaiting(static_cast<int>(queue_.size()));
   cv_.notify_all();
   return absl::OkStatus();
+}
+
+absl::Status Scheduler::BeginBenchmark() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (draining_ || stopping_) return absl::UnavailableError("server is draining; not accepting requests");
+  if (!available_) return absl::UnavailableError("workers are not ready");
+  if (benchmarking_) return absl::ResourceExhaustedError("a benchmark is already running");
+  benchmarking_ = true;
+  return absl::OkStatus();
+}
+
+void Scheduler::EndBenchmark() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    benchmarking_ = false;
+  }
+  cv_.notify_all();
 }
 
 void Scheduler::Finish(Job& job, const std::string& reason, absl::Status error) {
@@ -55,13 +79,9 @@ void Scheduler::Cancel(const std::shared_ptr<Job>& job, const std::string& by) {
     std::lock_guard<std::mutex> l(mu_);
     was_running = running_ == job;
     if (!was_running) {
-      for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-        if (*it == job) {
-          queue_.erase(it);
-          metrics_.SetWaiting(static_cast<int>(queue_.size()));
-          break;
-        }
-      }
+      auto& q = job->benchmark ? benchmark_queue_ : queue_;
+      if (auto it = std::find(q.begin(), q.end(), job); it != q.end()) q.erase(it);
+      metrics_.SetWaiting(static_cast<int>(queue_.size()));
     }
   }
   if (!was_running) {
@@ -94,7 +114,7 @@ void Scheduler::SetAvailable(bool up) {
 bool Scheduler::Drain(Clock::time_point deadline) {
   std::unique_lock<std::mutex> l(mu_);
   draining_ = true;
-  return cv_.wait_until(l, deadline, [&] { return queue_.empty() && running_ == nullptr; });
+  return cv_.wait_until(l, deadline, [&] { return queue_.empty() && benchmark_queue_.empty() && running_ == nullptr; });
 }
 
 void Scheduler::CancelAll(const std::string& by) {
@@ -102,6 +122,7 @@ void Scheduler::CancelAll(const std::string& by) {
   {
     std::lock_guard<std::mutex> l(mu_);
     jobs.assign(queue_.begin(), queue_.end());
+    jobs.insert(jobs.end(), benchmark_queue_.begin(), benchmark_queue_.end());
     if (running_) jobs.push_back(running_);
   }
   for (auto& j : jobs) Cancel(j, by);
@@ -122,10 +143,12 @@ void Scheduler::Loop() {
     std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [&] { return stopping_ || !queue_.empty(); });
+      // A benchmark's requests go first; ordinary ones wait while a benchmark holds the scheduler.
+      cv_.wait(l, [&] { return stopping_ || !benchmark_queue_.empty() || (!benchmarking_ && !queue_.empty()); });
       if (stopping_) return;
-      job = queue_.front();
-      queue_.pop_front();
+      auto& q = benchmark_queue_.empty() ? queue_ : benchmark_queue_;
+      job = q.front();
+      q.pop_front();
       running_ = job;
       metrics_.SetWaiting(static_cast<int>(queue_.size()));
       metrics_.SetRunning(1);
@@ -149,7 +172,6 @@ void Scheduler::RunOne(const std::shared_ptr<Job>& job) {
   req.set_max_tokens(job->max_tokens);
   for (int32_t id : job->stop_ids) req.add_stop_token_ids(id);
   for (int32_t id : job->eos_ids) req.add_eos_token_ids(id);
-  req.set_prefill_chunk(prefill_chunk_);
   const int tp = supervisor_.tp();
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts(tp);
   std::vector<grpc::Status> statuses(tp);

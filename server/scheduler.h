@@ -1,6 +1,7 @@
 // Admission and the request lifecycle: a bounded queue in front of one running request (the
 // contract's max_num_seqs = 1), each request sent to every rank, rank 0's tokens relayed to the
-// waiting handler. Written so batching can replace RunOne later without touching the API.
+// waiting handler. While a benchmark holds the scheduler only its own requests run; ordinary ones
+// wait in the queue. Written so batching can replace RunOne later without touching the API.
 #pragma once
 
 #include <chrono>
@@ -29,6 +30,7 @@ struct Job {
   worker::v1::Sampling sampling;
   int32_t max_tokens = 0;
   std::set<int32_t> stop_ids, eos_ids;
+  bool benchmark = false;  // runs only while a benchmark holds the scheduler, never counts as queued
 
   std::mutex mu;
   std::condition_variable cv;
@@ -44,11 +46,16 @@ struct Job {
 
 class Scheduler {
  public:
-  Scheduler(Supervisor& supervisor, Metrics& metrics, size_t queue_size, int64_t prefill_chunk);
+  Scheduler(Supervisor& supervisor, Metrics& metrics, size_t queue_size);
   ~Scheduler();
 
   // RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE when draining or the group is down.
+  // Benchmark jobs are refused (FAILED_PRECONDITION) unless a benchmark holds the scheduler.
   absl::Status Submit(std::shared_ptr<Job> job);
+  // From now until EndBenchmark only benchmark jobs run (after the one running now, if any);
+  // RESOURCE_EXHAUSTED while another benchmark holds it, UNAVAILABLE when draining or down.
+  absl::Status BeginBenchmark();
+  void EndBenchmark();
   // Stops the job at the next step (running) or drops it from the queue (waiting).
   void Cancel(const std::shared_ptr<Job>& job, const std::string& by);
   // A worker died: the running job fails with UNAVAILABLE now, not when its collectives time out.
@@ -70,10 +77,11 @@ class Scheduler {
   Supervisor& supervisor_;
   Metrics& metrics_;
   const size_t queue_size_;
-  const int64_t prefill_chunk_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
+  std::deque<std::shared_ptr<Job>> benchmark_queue_;
+  bool benchmarking_ = false;
   std::shared_ptr<Job> running_;
   bool draining_ = false, stopping_ = false, available_ = false;
   std::thread thread_;

@@ -1,8 +1,10 @@
-// q38-server: the coordinator. Spawns one q38-worker per rank, checks that they form one build of
-// one model, serves the gRPC API and /metrics, and on SIGTERM, SIGINT or Admin.Shutdown drains and
-// gives everything back. Exit codes: 0 graceful stop, 1 bad flags or model config, 2 workers did
-// not start, 3 workers disagree (ranks, build or model), 4 a worker died and the policy is exit
-// (or restarts ran out).
+// q38-server: the coordinator. Verifies its bundle (when given one) before spawning anything,
+// spawns one q38-worker per rank, checks that they form one build of one model (and the bundle's
+// libraries, and the contract), serves the gRPC API and /metrics, and on SIGTERM, SIGINT or
+// Admin.Shutdown drains and gives everything back. Exit codes: 0 graceful stop, 1 bad flags or
+// model config, 2 workers did not start, 3 workers disagree (ranks, build, model or libraries), 4 a
+// worker died and the policy is exit (or restarts ran out), 5 the workers deviate from --contract,
+// 20-26 the bundle is refused (deploy/bundle.h, docs/bundle.md).
 #include <signal.h>
 #include <unistd.h>
 
@@ -12,24 +14,32 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <set>
+#include <optional>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/config.h"
 #include "common/sha256.h"
+#include "common/status.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "common/mapped_objects.h"
+#include "deploy/bundle.h"
+#include "server/contract.h"
+#include "server/group_check.h"
 #include "server/service.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory");
 ABSL_FLAG(int32_t, tp, 1, "tensor-parallel ranks, one worker process each");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
-ABSL_FLAG(std::string, gpus, "", "GPU indices for --device cuda, one per rank (e.g. 0,1,2,3)");
+ABSL_FLAG(std::string, gpus, "", "GPU indices for --device cuda, one per rank (e.g. 0,1,2,3; default 0..tp-1)");
+ABSL_FLAG(bool, decode_graph, true, "workers replay each decode step as a CUDA graph");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address");
 ABSL_FLAG(std::string, metrics, "127.0.0.1:9090", "Prometheus /metrics address; empty to disable");
 ABSL_FLAG(int32_t, queue_size, 16, "requests that may wait while one runs");
@@ -43,6 +53,10 @@ ABSL_FLAG(int64_t, prefill_chunk, 8192, "prefill chunk in tokens");
 ABSL_FLAG(std::string, run_dir, "", "directory for worker sockets and the rendezvous (default: a fresh one in /tmp)");
 ABSL_FLAG(std::string, worker_binary, "", "q38-worker to spawn (default: beside this binary)");
 ABSL_FLAG(std::string, ready_file, "", "once serving, write {grpc_port, metrics_port, pid} here as JSON");
+ABSL_FLAG(std::string, bundle, "", "run from this verified bundle (q38 bundle create): refuse on any mismatch");
+ABSL_FLAG(std::string, source, "", "with --bundle: also require this checkout's production tree to be the one built");
+ABSL_FLAG(std::string, contract, "", "serve under this contract file (deploy/contracts/): refuse to start when a worker deviates");
+ABSL_FLAG(std::vector<std::string>, worker_env, {}, "KEY=VALUE,... set in the workers' environment");
 
 namespace q38 {
 namespace {
@@ -71,25 +85,6 @@ class Control {
   std::deque<std::pair<Event, std::string>> events_;
 };
 
-// Ranks 0..N-1 exactly once, one build, one model.
-absl::Status CheckGroup(const std::vector<worker::v1::WorkerInfo>& infos, int tp) {
-  std::set<int> ranks;
-  for (const auto& i : infos) {
-    if (i.world() != tp) return absl::FailedPreconditionError(absl::StrCat("rank ", i.rank(), " thinks the group has ", i.world(), " ranks, not ", tp));
-    if (!ranks.insert(i.rank()).second) return absl::FailedPreconditionError(absl::StrCat("rank ", i.rank(), " appears twice"));
-    if (i.build_id() != infos[0].build_id()) {
-      return absl::FailedPreconditionError(absl::StrCat("rank ", i.rank(), " runs build ", i.build_id(), ", rank 0 runs ", infos[0].build_id()));
-    }
-    if (i.model_fingerprint() != infos[0].model_fingerprint()) {
-      return absl::FailedPreconditionError(absl::StrCat("rank ", i.rank(), " loaded a different model"));
-    }
-  }
-  if (static_cast<int>(ranks.size()) != tp || *ranks.rbegin() != tp - 1) {
-    return absl::FailedPreconditionError(absl::StrCat("ranks present: ", ranks.size(), " of ", tp));
-  }
-  return absl::OkStatus();
-}
-
 // VmRSS of a process in bytes (0 when it is gone).
 double ResidentBytes(pid_t pid) {
   std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
@@ -99,36 +94,78 @@ double ResidentBytes(pid_t pid) {
   return 0;
 }
 
-v1::Manifest MakeManifest(const std::vector<worker::v1::WorkerInfo>& infos, const std::string& model, int tp) {
-  v1::Manifest m;
-  m.set_model(model);
-  m.set_tp(tp);
-  if (!infos.empty()) m.set_build_id(infos[0].build_id());
-  for (const auto& i : infos) {
-    v1::WorkerManifest* w = m.add_workers();
-    w->set_rank(i.rank());
-    w->set_pid(i.pid());
-    w->set_device(i.device());
-    w->set_build_id(i.build_id());
-    w->set_model_fingerprint(i.model_fingerprint());
-    w->set_synthetic(i.synthetic());
-    w->set_communicator(i.communicator());
-    w->set_activation_dtype(i.activation_dtype());
+// Refuses with the verdict's exit code (0 when it passed).
+int Refused(const Verdict& v) {
+  if (v.ok()) return 0;
+  LOG(ERROR) << "bundle refused (" << RefusalName(v.refusal) << "): " << v.message;
+  return v.exit_code();
+}
+
+// Verifies the bundle, that this process and the worker binary are its own, and that this process
+// maps only its libraries; fills `bundle` and `worker`.
+int VerifyStartingBundle(const std::string& dir, Bundle& bundle, std::string& worker) {
+  if (int code = Refused(VerifyBundle(dir, absl::GetFlag(FLAGS_source), &bundle))) return code;
+  if (int code = Refused(CheckBundledExecutable(bundle, "q38-server", std::filesystem::read_symlink("/proc/self/exe").string()))) return code;
+  if (worker.empty()) worker = bundle.BinaryPath("q38-worker");
+  if (int code = Refused(CheckBundledExecutable(bundle, "q38-worker", worker))) return code;
+  absl::StatusOr<std::vector<MappedObject>> own = MappedSharedObjects();
+  if (!own.ok()) return LOG(ERROR) << own.status(), 1;
+  if (int code = Refused(CheckMappedObjects(bundle, "q38-server", *own))) return code;
+  LOG(INFO) << "bundle " << bundle.dir << " verified: commit " << bundle.build.source.commit << ", " << bundle.files.size() << " files";
+  return 0;
+}
+
+// --gpus as one index per rank; empty means rank r on GPU r.
+absl::StatusOr<std::vector<int>> ParseGpus(const std::string& text, int tp) {
+  std::vector<int> gpus;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int g;
+    if (!absl::SimpleAtoi(part, &g) || g < 0) return absl::InvalidArgumentError("--gpus: not a GPU index: " + std::string(part));
+    gpus.push_back(g);
   }
-  return m;
+  if (gpus.empty()) {
+    for (int r = 0; r < tp; ++r) gpus.push_back(r);
+  }
+  if (static_cast<int>(gpus.size()) != tp) {
+    return absl::InvalidArgumentError(absl::StrCat("--gpus names ", gpus.size(), " GPUs for --tp ", tp));
+  }
+  return gpus;
 }
 
 int Run() {
   const std::string model = absl::GetFlag(FLAGS_model), policy = absl::GetFlag(FLAGS_restart_policy);
+  const std::string bundle_dir = absl::GetFlag(FLAGS_bundle);
   const int tp = absl::GetFlag(FLAGS_tp);
   if (model.empty()) return LOG(ERROR) << "--model is required", 1;
   if (tp < 1) return LOG(ERROR) << "--tp must be at least 1", 1;
+  if (absl::GetFlag(FLAGS_prefill_chunk) < 1) return LOG(ERROR) << "--prefill_chunk must be at least 1", 1;
   if (policy != "exit" && policy != "restart") return LOG(ERROR) << "--restart_policy must be exit or restart", 1;
-  if (absl::GetFlag(FLAGS_device) != "cpu") return LOG(ERROR) << "--device " << absl::GetFlag(FLAGS_device) << ": this build has only the cpu backend", 1;
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "cpu" && device != "cuda") return LOG(ERROR) << "--device must be cpu or cuda", 1;
+  absl::StatusOr<std::vector<int>> gpus = ParseGpus(absl::GetFlag(FLAGS_gpus), tp);
+  if (!gpus.ok()) return LOG(ERROR) << gpus.status(), 1;
   absl::StatusOr<ModelConfig> config = LoadModelConfig(model);
   if (!config.ok()) return LOG(ERROR) << config.status(), 1;
   absl::StatusOr<GenerationConfig> gen = LoadGenerationConfig(model);
   if (!gen.ok()) return LOG(ERROR) << gen.status(), 1;
+  if (!absl::GetFlag(FLAGS_source).empty() && bundle_dir.empty()) return LOG(ERROR) << "--source goes with --bundle", 1;
+  std::optional<Contract> contract;
+  if (const std::string file = absl::GetFlag(FLAGS_contract); !file.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(file);
+    absl::StatusOr<Contract> parsed = text.ok() ? ParseContract(*text) : text.status();
+    if (!parsed.ok()) return LOG(ERROR) << "--contract " << file << ": " << parsed.status(), 1;
+    contract = *std::move(parsed);
+  }
+  for (const std::string& kv : absl::GetFlag(FLAGS_worker_env)) {
+    if (kv.find('=') == std::string::npos || kv.front() == '=') return LOG(ERROR) << "--worker_env: '" << kv << "' is not KEY=VALUE", 1;
+  }
+
+  // The bundle is verified before anything is spawned.
+  std::string worker = absl::GetFlag(FLAGS_worker_binary);
+  Bundle bundle;
+  if (!bundle_dir.empty()) {
+    if (int code = VerifyStartingBundle(bundle_dir, bundle, worker)) return code;
+  }
 
   // Signals go to one thread that turns them into events.
   sigset_t signals;
@@ -152,7 +189,6 @@ int Run() {
     if (mkdtemp(run_dir.data()) == nullptr) return LOG(ERROR) << "cannot create a run directory", 1;
   }
   std::filesystem::create_directories(run_dir);
-  std::string worker = absl::GetFlag(FLAGS_worker_binary);
   if (worker.empty()) {
     worker = (std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path() / "worker" / "q38-worker").string();
     if (!std::filesystem::exists(worker)) {
@@ -162,7 +198,8 @@ int Run() {
   const int64_t max_context = std::min<int64_t>(absl::GetFlag(FLAGS_max_context), config->max_position_embeddings);
 
   int metrics_port = 0;
-  BuildInfo build{"0.1", "", Sha256File("/proc/self/exe").value_or(""), __VERSION__, "cpu", tp};
+  BuildInfo build{"0.1", bundle.build.source.commit, Sha256File("/proc/self/exe").value_or(""), __VERSION__, device, tp,
+                  bundle.build.source.fingerprint};
   Metrics metrics(build);
   metrics.SetServerState("starting");
   if (!absl::GetFlag(FLAGS_metrics).empty()) {
@@ -173,7 +210,10 @@ int Run() {
   }
   for (int r = 0; r < tp; ++r) metrics.SetWorkerState(r, "starting");
 
-  Supervisor supervisor({worker, model, "cpu", run_dir, tp, max_context, absl::GetFlag(FLAGS_comm_timeout_ms)},
+  std::vector<std::string> worker_env = absl::GetFlag(FLAGS_worker_env);
+  if (!bundle_dir.empty()) worker_env.insert(worker_env.begin(), "LD_LIBRARY_PATH=" + bundle.dir + "/lib");
+  Supervisor supervisor({worker, model, device, *gpus, absl::GetFlag(FLAGS_decode_graph), run_dir, tp, max_context,
+                         absl::GetFlag(FLAGS_prefill_chunk), absl::GetFlag(FLAGS_comm_timeout_ms), worker_env},
                         [&](int rank, const std::string& how) {
                           control.Post(Event::kWorkerDied, absl::StrCat("rank ", rank, " ", how));
                         });
@@ -181,6 +221,26 @@ int Run() {
     LOG(INFO) << "rank " << rank << ": loaded " << done << "/" << total << " layers";
     metrics.SetWorkerState(rank, "starting");
   });
+  // The served manifest: the workers' own, under the group's build, bundle and contract.
+  auto served_manifest = [&] {
+    v1::Manifest m = MakeManifest(supervisor.infos(), model, tp);
+    m.set_bundle(bundle.dir);
+    m.set_git_commit(bundle.build.source.commit);
+    m.set_source_fingerprint(bundle.build.source.fingerprint);
+    if (contract) m.set_contract(contract->name);
+    return m;
+  };
+  // The group checks; 0 or the exit code of the first that fails.
+  auto check_group = [&]() -> int {
+    if (absl::Status s = CheckGroup(supervisor.infos(), tp); !s.ok()) return LOG(ERROR) << "refusing to serve: " << s, 3;
+    if (!bundle_dir.empty()) {
+      if (int code = Refused(CheckGroupAgainstBundle(supervisor.infos(), bundle))) return code;
+    }
+    if (contract) {
+      if (absl::Status s = CheckContract(*contract, served_manifest()); !s.ok()) return LOG(ERROR) << "refusing to serve: " << s, 5;
+    }
+    return 0;
+  };
   auto start_group = [&]() -> int {
     metrics.SetServerState("loading");
     LOG(INFO) << "starting " << tp << " worker(s) of " << worker;
@@ -188,10 +248,7 @@ int Run() {
       LOG(ERROR) << "workers did not start: " << s;
       return 2;
     }
-    if (absl::Status s = CheckGroup(supervisor.infos(), tp); !s.ok()) {
-      LOG(ERROR) << "refusing to serve: " << s;
-      return 3;
-    }
+    if (int code = check_group()) return code;
     for (int r = 0; r < tp; ++r) metrics.SetWorkerState(r, "ready");
     return 0;
   };
@@ -226,11 +283,19 @@ int Run() {
   info.info.set_vocab_size(static_cast<int32_t>(config->vocab_size));
   info.info.set_max_context(static_cast<int32_t>(max_context));
   info.info.set_tp(tp);
-  info.info.set_device("cpu");
+  info.info.set_device(device);
   for (int64_t id : gen->eos_token_ids) info.info.add_eos_token_ids(static_cast<int32_t>(id));
-  info.manifest = MakeManifest(supervisor.infos(), model, tp);
+  info.manifest = served_manifest();
+  info.generation = *gen;
+  if (!bundle_dir.empty()) info.build = BuildManifestJson(bundle.build);
+  info.refresh_manifest = [&]() -> absl::StatusOr<v1::Manifest> {
+    RETURN_IF_ERROR(supervisor.RefreshManifests(absl::Seconds(90)));
+    if (int code = check_group()) return absl::FailedPreconditionError(absl::StrCat("the workers' manifests fail the group checks (exit code ", code, "; see the server log)"));
+    return served_manifest();
+  };
+  if (contract) metrics.SetContract(contract->name, contract->sha256);
 
-  Scheduler scheduler(supervisor, metrics, absl::GetFlag(FLAGS_queue_size), absl::GetFlag(FLAGS_prefill_chunk));
+  Scheduler scheduler(supervisor, metrics, absl::GetFlag(FLAGS_queue_size));
   Q38Service api(scheduler, metrics, info);
   AdminService admin([&] { control.Post(Event::kDrain); }, [&] { control.Post(Event::kShutdown); }, scheduler);
   grpc::EnableDefaultHealthCheckService(true);

@@ -8,10 +8,6 @@
 namespace q38 {
 namespace {
 
-grpc::Status ToGrpc(const absl::Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
 v1::FinishReason ToProto(const std::string& reason) {
   if (reason == "eos") return v1::FINISH_REASON_EOS;
   if (reason == "length") return v1::FINISH_REASON_LENGTH;
@@ -24,6 +20,10 @@ v1::FinishReason ToProto(const std::string& reason) {
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 }  // namespace
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
 
 bool IsLocalPeer(const std::string& peer) {
   return absl::StartsWith(peer, "unix:") || absl::StartsWith(peer, "ipv4:127.") || absl::StartsWith(peer, "ipv6:[::1]");
@@ -40,8 +40,13 @@ grpc::Status Q38Service::GetInfo(grpc::ServerContext*, const v1::GetInfoRequest*
   return grpc::Status::OK;
 }
 
+v1::Manifest Q38Service::manifest() {
+  std::lock_guard<std::mutex> l(mu_);
+  return info_.manifest;
+}
+
 grpc::Status Q38Service::GetManifest(grpc::ServerContext*, const v1::GetManifestRequest*, v1::Manifest* out) {
-  *out = info_.manifest;
+  *out = manifest();
   return grpc::Status::OK;
 }
 

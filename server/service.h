@@ -1,11 +1,13 @@
-// The public gRPC services: q38.v1.Q38 (Generate, GetManifest, GetInfo) and q38.v1.Admin (Drain,
-// Shutdown, loopback only). Handlers validate, admit through the scheduler and relay tokens.
+// The public gRPC services: q38.v1.Q38 (Generate, Benchmark, GetManifest, GetInfo) and q38.v1.Admin
+// (Drain, Shutdown, loopback only). Handlers validate, admit through the scheduler and relay tokens.
 #pragma once
 
 #include <atomic>
 #include <functional>
 #include <string>
 
+#include "common/config.h"
+#include "nlohmann/json.hpp"
 #include "q38/v1/q38.grpc.pb.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
@@ -20,6 +22,10 @@ struct ServiceInfo {
   ModelLimits limits;
   std::vector<int32_t> eos_ids;  // generation_config's stop set
   const Tokenizer* tokenizer = nullptr;  // the checkpoint's; null when it ships none
+  GenerationConfig generation;           // the benchmark's health checks sample with it
+  nlohmann::json build;                  // the bundle's build manifest; null without a bundle
+  // Gathers the worker manifests again and checks them (group, bundle): the benchmark's second look.
+  std::function<absl::StatusOr<v1::Manifest>()> refresh_manifest;
 };
 
 class Q38Service final : public v1::Q38::Service {
@@ -29,6 +35,9 @@ class Q38Service final : public v1::Q38::Service {
 
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override;
+  // server/benchmark_rpc.cc
+  grpc::Status Benchmark(grpc::ServerContext* ctx, const v1::BenchmarkRequest* req,
+                         grpc::ServerWriter<v1::BenchmarkProgress>* writer) override;
   grpc::Status GetManifest(grpc::ServerContext*, const v1::GetManifestRequest*, v1::Manifest* out) override;
   grpc::Status GetInfo(grpc::ServerContext*, const v1::GetInfoRequest*, v1::Info* out) override;
 
@@ -37,6 +46,9 @@ class Q38Service final : public v1::Q38::Service {
  private:
   // The prompt ids of tokens, text or chat input.
   absl::StatusOr<std::vector<int32_t>> Prompt(const v1::GenerateRequest& req) const;
+  // Submits `job` and waits for it, cancelling it when the client goes away.
+  void RunToCompletion(grpc::ServerContext* ctx, const std::shared_ptr<Job>& job);
+  v1::Manifest manifest();
 
   Scheduler& scheduler_;
   Metrics& metrics_;
@@ -44,6 +56,8 @@ class Q38Service final : public v1::Q38::Service {
   std::mutex mu_;
   std::atomic<uint64_t> next_id_{1};
 };
+
+grpc::Status ToGrpc(const absl::Status& s);
 
 class AdminService final : public v1::Admin::Service {
  public:

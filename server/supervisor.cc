@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -13,8 +14,22 @@
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 
+extern char** environ;
+
 namespace q38 {
 namespace {
+
+// `base` (KEY=VALUE entries) with `overrides` set over it.
+std::vector<std::string> MergeEnv(char** base, const std::vector<std::string>& overrides) {
+  std::vector<std::string> out;
+  auto key = [](const std::string& kv) { return kv.substr(0, kv.find('=')); };
+  for (char** e = base; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    if (std::none_of(overrides.begin(), overrides.end(), [&](const std::string& o) { return key(o) == key(kv); })) out.push_back(kv);
+  }
+  out.insert(out.end(), overrides.begin(), overrides.end());
+  return out;
+}
 
 std::string DescribeExit(int status) {
   if (WIFSIGNALED(status)) return absl::StrCat("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
@@ -48,17 +63,24 @@ absl::Status Supervisor::Spawn(int rank, const std::string& rendezvous) {
       absl::StrCat("--world=", options_.tp),
       "--model=" + options_.model,
       "--device=" + options_.device,
+      absl::StrCat("--gpu=", options_.gpus.empty() ? rank : options_.gpus[rank]),
+      absl::StrCat("--decode_graph=", options_.decode_graph ? "true" : "false"),
       "--socket=" + socket,
       "--rendezvous=" + rendezvous,
       absl::StrCat("--group=g", generation_),
       absl::StrCat("--comm_timeout_ms=", options_.comm_timeout_ms),
       absl::StrCat("--max_context=", options_.max_context),
+      absl::StrCat("--prefill_chunk=", options_.prefill_chunk),
       absl::StrCat("--parent_pid=", getpid()),
       absl::StrCat("--parent_pipe_fd=", pipe_read_),
   };
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  std::vector<std::string> env = MergeEnv(environ, options_.env);
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError("fork: " + std::string(strerror(errno)));
@@ -70,7 +92,7 @@ absl::Status Supervisor::Spawn(int rank, const std::string& rendezvous) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    execv(argv[0], argv.data());
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   std::lock_guard<std::mutex> l(mu_);
@@ -133,8 +155,23 @@ absl::Status Supervisor::Start(absl::Duration deadline) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    LOG(INFO) << "rank " << r << " ready: pid " << infos_[r].pid() << ", " << infos_[r].communicator();
+    LOG(INFO) << "rank " << r << " ready: pid " << infos_[r].manifest().pid() << ", " << infos_[r].manifest().communicator();
   }
+  return absl::OkStatus();
+}
+
+absl::Status Supervisor::RefreshManifests(absl::Duration timeout) {
+  std::vector<worker::v1::WorkerInfo> fresh(stubs_.size());
+  for (size_t r = 0; r < stubs_.size(); ++r) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+    worker::v1::GetInfoRequest req;
+    req.set_refresh_manifest(true);
+    if (grpc::Status s = stubs_[r]->GetInfo(&ctx, req, &fresh[r]); !s.ok()) {
+      return absl::UnavailableError(absl::StrCat("rank ", r, " did not send its manifest: ", s.error_message()));
+    }
+  }
+  infos_ = std::move(fresh);
   return absl::OkStatus();
 }
 

@@ -22,10 +22,16 @@ struct SupervisorOptions {
   std::string worker_binary;
   std::string model;
   std::string device = "cpu";
+  std::vector<int> gpus;      // with cuda: the GPU of each rank
+  bool decode_graph = true;
   std::string run_dir;  // sockets and the rendezvous live here
   int tp = 1;
   int64_t max_context = 4096;
+  int64_t prefill_chunk = 8192;
   int comm_timeout_ms = 10000;
+  // The workers' environment: this process's, with these KEY=VALUE entries set over it (a bundle's
+  // LD_LIBRARY_PATH, --worker_env).
+  std::vector<std::string> env;
 };
 
 class Supervisor {
@@ -45,6 +51,8 @@ class Supervisor {
   void KillAll();
 
   const std::vector<worker::v1::WorkerInfo>& infos() const { return infos_; }
+  // Asks every rank again, re-reading its mapped shared objects, and keeps the answers.
+  absl::Status RefreshManifests(absl::Duration timeout);
   worker::v1::Worker::Stub& stub(int rank) { return *stubs_[rank]; }
   int tp() const { return options_.tp; }
   std::vector<pid_t> pids() const;

@@ -14,23 +14,26 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
-#include "common/sha256.h"
 #include "common/status.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
-#include "nlohmann/json.hpp"
 #include "q38/worker/v1/worker.grpc.pb.h"
 #include "worker/engine/engine.h"
+#include "worker/rank_device.h"
+#include "worker/manifest.h"
 
 ABSL_FLAG(int32_t, rank, 0, "this worker's rank");
 ABSL_FLAG(int32_t, world, 1, "ranks in the group");
 ABSL_FLAG(std::string, model, "", "checkpoint directory");
-ABSL_FLAG(std::string, device, "cpu", "cpu (cuda comes with the CUDA backend)");
+ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
+ABSL_FLAG(int32_t, gpu, 0, "with --device cuda: the GPU ordinal this rank runs on");
+ABSL_FLAG(bool, decode_graph, true, "replay each decode step as a recorded graph (CUDA graphs on GPUs)");
 ABSL_FLAG(std::string, socket, "", "Unix socket to serve the worker protocol on");
 ABSL_FLAG(std::string, rendezvous, "", "directory of the communicator's file store");
 ABSL_FLAG(std::string, group, "q38", "prefix that keeps this group's rendezvous apart");
 ABSL_FLAG(int32_t, comm_timeout_ms, 10000, "a collective stuck longer than this fails");
 ABSL_FLAG(int64_t, max_context, 4096, "the longest sequence (prompt + generated) this worker holds");
+ABSL_FLAG(int64_t, prefill_chunk, 8192, "prefill runs in chunks of at most this many tokens");
 ABSL_FLAG(int32_t, parent_pipe_fd, -1, "read end of a pipe whose writer is the coordinator; EOF means it died");
 ABSL_FLAG(int32_t, parent_pid, 0, "the coordinator's pid");
 
@@ -56,14 +59,6 @@ void DieWithParent() {
   }).detach();
 }
 
-absl::StatusOr<std::string> ModelFingerprint(const std::string& dir, const TensorStore& store, bool& synthetic) {
-  ASSIGN_OR_RETURN(std::string config, ReadFile(dir + "/config.json"));
-  synthetic = nlohmann::json::parse(config, nullptr, false).contains("q38_synthetic");
-  std::string all = config;
-  for (const auto& f : store.files()) all += f->header();
-  return Sha256Hex(all);
-}
-
 // Serves from the start of the process, so the coordinator can watch startup: GetInfo reports the
 // phase (and loading progress) until the engine is ready; Run refuses until then.
 class WorkerService final : public wv1::Worker::Service {
@@ -86,8 +81,13 @@ class WorkerService final : public wv1::Worker::Service {
     engine_ = engine;
   }
 
-  grpc::Status GetInfo(grpc::ServerContext*, const wv1::GetInfoRequest*, wv1::WorkerInfo* out) override {
+  grpc::Status GetInfo(grpc::ServerContext*, const wv1::GetInfoRequest* req, wv1::WorkerInfo* out) override {
     std::lock_guard<std::mutex> l(info_mu_);
+    if (req->refresh_manifest() && info_.phase() == "ready") {
+      absl::StatusOr<std::vector<MappedObject>> objects = MappedSharedObjects();
+      if (!objects.ok()) return {grpc::StatusCode::INTERNAL, std::string(objects.status().message())};
+      SetMappedObjects(*objects, *info_.mutable_manifest());
+    }
     *out = info_;
     return grpc::Status::OK;
   }
@@ -108,7 +108,7 @@ class WorkerService final : public wv1::Worker::Service {
     spec.max_tokens = req->max_tokens();
     spec.stop_ids.insert(req->stop_token_ids().begin(), req->stop_token_ids().end());
     spec.eos_ids.insert(req->eos_token_ids().begin(), req->eos_token_ids().end());
-    if (req->prefill_chunk() > 0) spec.prefill_chunk = req->prefill_chunk();
+    spec.prefill_chunk = prefill_chunk_;
     if (absl::Status s = ValidateSampling(spec.sampling); !s.ok()) {
       return {grpc::StatusCode::INVALID_ARGUMENT, std::string(s.message())};
     }
@@ -192,6 +192,7 @@ class WorkerService final : public wv1::Worker::Service {
   wv1::WorkerInfo info_;
   Engine* engine_ = nullptr;
   const int rank_ = absl::GetFlag(FLAGS_rank);
+  const int64_t prefill_chunk_ = absl::GetFlag(FLAGS_prefill_chunk);
   std::mutex run_mu_;
   std::atomic<uint64_t> current_{0};
   std::atomic<bool> cancel_{false};
@@ -205,9 +206,6 @@ absl::Status Main() {
   const int rank = absl::GetFlag(FLAGS_rank), world = absl::GetFlag(FLAGS_world);
   const std::string dir = absl::GetFlag(FLAGS_model), socket = absl::GetFlag(FLAGS_socket);
   if (dir.empty() || socket.empty()) return absl::InvalidArgumentError("--model and --socket are required");
-  if (absl::GetFlag(FLAGS_device) != "cpu") {
-    return absl::UnimplementedError(absl::StrCat("--device ", absl::GetFlag(FLAGS_device), ": this build has only the cpu backend"));
-  }
   // SIGTERM and SIGINT end the worker through the same path as Shutdown.
   sigset_t signals;
   sigemptyset(&signals);
@@ -215,11 +213,10 @@ absl::Status Main() {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  if (absl::GetFlag(FLAGS_prefill_chunk) < 1) return absl::InvalidArgumentError("--prefill_chunk must be at least 1");
   wv1::WorkerInfo info;
   info.set_rank(rank);
   info.set_world(world);
-  info.set_pid(getpid());
-  info.set_device("cpu");
   WorkerService service(info);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
@@ -236,30 +233,35 @@ absl::Status Main() {
 
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
   ASSIGN_OR_RETURN(std::unique_ptr<TensorStore> store, TensorStore::Open(dir));
-  std::unique_ptr<Communicator> comm = MakeSoloCommunicator();  // one rank needs no transport
-  if (world > 1) {
-    ASSIGN_OR_RETURN(comm, ConnectGloo({.rank = rank, .size = world, .store_dir = absl::GetFlag(FLAGS_rendezvous),
-                                        .prefix = absl::GetFlag(FLAGS_group),
-                                        .timeout_ms = absl::GetFlag(FLAGS_comm_timeout_ms)}));
-  }
-  LOG(INFO) << "rank " << rank << "/" << world << ": communicator " << comm->version() << " ready; loading " << dir;
+  ASSIGN_OR_RETURN(RankDevice device,
+                   OpenRankDevice({.rank = rank, .world = world, .device = absl::GetFlag(FLAGS_device),
+                                   .gpu = absl::GetFlag(FLAGS_gpu), .rendezvous = absl::GetFlag(FLAGS_rendezvous),
+                                   .group = absl::GetFlag(FLAGS_group), .timeout_ms = absl::GetFlag(FLAGS_comm_timeout_ms)}));
+  std::unique_ptr<Communicator>& comm = device.comm;
+  std::unique_ptr<Backend>& backend = device.backend;
+  LOG(INFO) << "rank " << rank << "/" << world << " on " << device.description << ": communicator " << comm->version()
+            << " ready; loading " << dir;
   service.SetLoading(0, config.num_layers);
-  std::unique_ptr<Backend> backend = MakeCpuBackend();
   ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(config, *store, *backend, {rank, world},
                                                      [&](int done, int total) { service.SetLoading(done, total); }));
-  Model model(config, std::move(weights), *backend, *comm);
+  Model model(config, std::move(weights), *backend, *comm, {.decode_graph = absl::GetFlag(FLAGS_decode_graph)});
   const int64_t max_context = std::min<int64_t>(absl::GetFlag(FLAGS_max_context), config.max_position_embeddings);
   Engine engine(model, max_context, config.vocab_size);
 
-  ASSIGN_OR_RETURN(std::string build_id, Sha256File("/proc/self/exe"));
-  info.set_build_id(build_id);
-  bool synthetic = false;
-  ASSIGN_OR_RETURN(std::string fingerprint, ModelFingerprint(dir, *store, synthetic));
-  info.set_model_fingerprint(fingerprint);
-  info.set_synthetic(synthetic);
-  info.set_communicator(comm->version());
-  info.set_activation_dtype(std::string(DTypeName(backend->act_dtype())));
-  info.set_max_context(max_context);
+  WorkerManifest manifest;
+  manifest.rank = rank;
+  manifest.world = world;
+  manifest.backend = device.manifest;
+  // Only the GPU records graphs; a CPU "replay" runs the ops again.
+  if (absl::GetFlag(FLAGS_decode_graph) && absl::GetFlag(FLAGS_device) == "cuda") {
+    manifest.backend.graph_mode = "FULL_DECODE_ONLY";
+  }
+  manifest.max_context = max_context;
+  manifest.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  manifest.communicator = comm->version();
+  ASSIGN_OR_RETURN(manifest.model, IdentifyModel(dir, config, *store, model.weights().experts_nvfp4));
+  RETURN_IF_ERROR(GatherProcess(manifest));
+  *info.mutable_manifest() = ToProto(manifest);
   info.set_vocab_size(static_cast<int32_t>(config.vocab_size));
   service.SetReady(&engine, info);
   LOG(INFO) << "rank " << rank << ": ready";

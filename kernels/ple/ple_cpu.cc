@@ -6,37 +6,38 @@
 
 #include "kernels/activation.h"
 
-namespace q38::cpu {
-namespace {
+namespace q38 {
 
-float TableValue(const PleTable& t, int64_t row, int64_t col) {
-  const size_t size = DTypeSize(t.dtype);
-  const uint8_t* p = t.shards[row / t.rows_per_shard] + ((row % t.rows_per_shard) * t.row_width + col) * size;
-  switch (t.dtype) {
-    case DType::kF8E4M3:
-      return E4m3ToFloat(*p);
-    case DType::kBF16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return Bf16ToFloat(v);
-    }
-    default: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
+void PleStageRows(const PleTable& table, const int64_t* rows, int64_t n, uint8_t* staged) {
+  const size_t row_bytes = table.row_width * DTypeSize(table.dtype);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = rows[i];
+    std::memcpy(staged + i * row_bytes, table.shards[row / table.rows_per_shard] + (row % table.rows_per_shard) * row_bytes,
+                row_bytes);
   }
 }
 
-}  // namespace
+}  // namespace q38
 
-void PleGather(const PleTable& table, const int64_t* rows, float* E, int64_t T, int64_t heads) {
-  const int64_t w = table.row_width;
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t row = rows[t * heads + h];
-      float* out = E + (t * heads + h) * w;
-      for (int64_t c = 0; c < w; ++c) out[c] = TableValue(table, row, c) * table.scale;
+namespace q38::cpu {
+
+void PleLoad(const uint8_t* staged, DType dtype, float scale, float* E, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DType::kF8E4M3:
+        E[i] = E4m3ToFloat(staged[i]) * scale;
+        break;
+      case DType::kBF16: {
+        uint16_t v;
+        std::memcpy(&v, staged + 2 * i, 2);
+        E[i] = Bf16ToFloat(v) * scale;
+        break;
+      }
+      default: {
+        float v;
+        std::memcpy(&v, staged + 4 * i, 4);
+        E[i] = v * scale;
+      }
     }
   }
 }

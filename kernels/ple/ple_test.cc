@@ -187,7 +187,16 @@ TEST(NgramRows, MatchesTheSection62RuleWithEosCutsAndImEnd) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Table gather
+// Table gather: the rows staged as stored, then loaded times the scale.
+
+std::vector<float> Gather(const PleTable& table, const std::vector<int64_t>& rows) {
+  const int64_t n = static_cast<int64_t>(rows.size()) * table.row_width;
+  std::vector<uint8_t> staged(n * DTypeSize(table.dtype));
+  PleStageRows(table, rows.data(), static_cast<int64_t>(rows.size()), staged.data());
+  std::vector<float> E(n, NAN);
+  cpu::PleLoad(staged.data(), table.dtype, table.scale, E.data(), n);
+  return E;
+}
 
 TEST(PleGather, F32TableAcrossShards) {
   // Two shards of 3 rows × 2 columns; global row r holds (10r, 10r + 1). T = 2, 3 heads:
@@ -198,13 +207,9 @@ TEST(PleGather, F32TableAcrossShards) {
       shard0[r * 2 + c] = 10.0f * r + c;
       shard1[r * 2 + c] = 10.0f * (r + 3) + c;
     }
-  const uint8_t* shards[2] = {reinterpret_cast<const uint8_t*>(shard0.data()),
-                              reinterpret_cast<const uint8_t*>(shard1.data())};
-  const cpu::PleTable table{shards, 3, DType::kF32, 2, 1.0f};
-  const int64_t rows[6] = {5, 0, 3, 2, 4, 1};
-  std::vector<float> E(12, NAN);
-  cpu::PleGather(table, rows, E.data(), 2, 3);
-  EXPECT_EQ(E, (std::vector<float>{50, 51, 0, 1, 30, 31, 20, 21, 40, 41, 10, 11}));
+  const PleTable table{{reinterpret_cast<const uint8_t*>(shard0.data()), reinterpret_cast<const uint8_t*>(shard1.data())},
+                       3, DType::kF32, 2, 1.0f, {}};
+  EXPECT_EQ(Gather(table, {5, 0, 3, 2, 4, 1}), (std::vector<float>{50, 51, 0, 1, 30, 31, 20, 21, 40, 41, 10, 11}));
 }
 
 TEST(PleGather, Bf16Table) {
@@ -212,12 +217,8 @@ TEST(PleGather, Bf16Table) {
   const uint16_t bits[4] = {0x3F80, 0xC000, 0x4040, 0x3E80};
   uint8_t bytes[8];
   std::memcpy(bytes, bits, sizeof(bytes));
-  const uint8_t* shards[1] = {bytes};
-  const cpu::PleTable table{shards, 2, DType::kBF16, 2, 1.0f};
-  const int64_t rows[2] = {1, 0};
-  std::vector<float> E(4, NAN);
-  cpu::PleGather(table, rows, E.data(), 1, 2);
-  EXPECT_EQ(E, (std::vector<float>{3, 0.25f, 1, -2}));
+  const PleTable table{{bytes}, 2, DType::kBF16, 2, 1.0f, {}};
+  EXPECT_EQ(Gather(table, {1, 0}), (std::vector<float>{3, 0.25f, 1, -2}));
 }
 
 TEST(PleGather, Fp8TableTimesScale) {
@@ -225,12 +226,8 @@ TEST(PleGather, Fp8TableTimesScale) {
   //   row 0: 0x38 = 1, 0x40 = 2, 0xB8 = −1, 0x01 = 2⁻⁹ → (0.5, 1, −0.5, 2⁻¹⁰)
   //   row 1: 0x7E = 448, 0x00 = 0, 0x30 = 0.5, 0x3C = 1.5 → (224, 0, 0.25, 0.75)
   const uint8_t row0[4] = {0x38, 0x40, 0xB8, 0x01}, row1[4] = {0x7E, 0x00, 0x30, 0x3C};
-  const uint8_t* shards[2] = {row0, row1};
-  const cpu::PleTable table{shards, 1, DType::kF8E4M3, 4, 0.5f};
-  const int64_t rows[2] = {1, 0};
-  std::vector<float> E(8, NAN);
-  cpu::PleGather(table, rows, E.data(), 1, 2);
-  EXPECT_EQ(E, (std::vector<float>{224, 0, 0.25f, 0.75f, 0.5f, 1, -0.5f, std::ldexp(1.0f, -10)}));
+  const PleTable table{{row0, row1}, 1, DType::kF8E4M3, 4, 0.5f, {}};
+  EXPECT_EQ(Gather(table, {1, 0}), (std::vector<float>{224, 0, 0.25f, 0.75f, 0.5f, 1, -0.5f, std::ldexp(1.0f, -10)}));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -30,6 +30,11 @@ std::string MakeDir(const std::string& what) {
 
 }  // namespace
 
+std::string ToolPath(const std::string& name, const std::string& built) {
+  const char* dir = std::getenv("Q38_BIN_DIR");
+  return dir != nullptr && *dir != '\0' ? std::string(dir) + "/" + name : built;
+}
+
 const std::string& TinyCheckpoint() {
   static const std::string dir = [] {
     std::string d = MakeDir("e2e_tiny");
@@ -45,7 +50,7 @@ Server::Server(const ServerOptions& o) {
   log_ = dir_ + "/server.log";
   const std::string ready = dir_ + "/ready.json";
   std::vector<std::string> args = {
-      Q38_SERVER_BIN,
+      o.server_binary,
       "--model=" + TinyCheckpoint(),
       absl::StrCat("--tp=", o.tp),
       "--listen=127.0.0.1:0",
@@ -56,9 +61,9 @@ Server::Server(const ServerOptions& o) {
       absl::StrCat("--comm_timeout_ms=", o.comm_timeout_ms),
       "--run_dir=" + dir_ + "/run",
       "--ready_file=" + ready,
-      std::string("--worker_binary=") + Q38_WORKER_BIN,
       "--startup_timeout_s=60",
   };
+  if (!o.worker_binary.empty()) args.push_back("--worker_binary=" + o.worker_binary);
   args.insert(args.end(), o.extra_flags.begin(), o.extra_flags.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -68,6 +73,7 @@ Server::Server(const ServerOptions& o) {
     const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
+    for (const std::string& kv : o.env) putenv(const_cast<char*>(kv.c_str()));
     execv(argv[0], argv.data());
     _exit(127);
   }

@@ -13,6 +13,12 @@
 
 namespace q38::e2e {
 
+// The path of a built tool: $Q38_BIN_DIR/name when set (binaries carried to another machine),
+// else where this build put it.
+std::string ToolPath(const std::string& name, const std::string& built);
+#define Q38_SERVER_PATH ::q38::e2e::ToolPath("q38-server", Q38_SERVER_BIN)
+#define Q38_WORKER_PATH ::q38::e2e::ToolPath("q38-worker", Q38_WORKER_BIN)
+
 struct ServerOptions {
   int tp = 4;
   int queue_size = 4;
@@ -20,6 +26,9 @@ struct ServerOptions {
   std::string restart_policy = "exit";
   int comm_timeout_ms = 3000;
   std::vector<std::string> extra_flags;
+  std::string server_binary = Q38_SERVER_PATH;
+  std::string worker_binary = Q38_WORKER_PATH;  // empty: the server picks (a bundle's own)
+  std::vector<std::string> env;                // KEY=VALUE set in the server's environment
 };
 
 // The tiny checkpoint every e2e test uses (generated once per test binary, seed 1).

@@ -258,8 +258,15 @@ TEST_F(ServerTest, InfoAndManifestDescribeTheGroup) {
     EXPECT_EQ(m.workers(r).rank(), r);
     EXPECT_TRUE(Alive(m.workers(r).pid()));
     EXPECT_EQ(m.workers(r).build_id(), m.build_id());
-    EXPECT_TRUE(m.workers(r).synthetic());
+    EXPECT_TRUE(m.workers(r).model().synthetic());
     EXPECT_EQ(m.workers(r).communicator().rfind("gloo-", 0), 0u);
+    EXPECT_EQ(m.workers(r).device().kind(), "cpu");
+    EXPECT_EQ(m.workers(r).dtypes().kv_cache(), "F32");
+    EXPECT_EQ(m.workers(r).prefill_chunk(), 8192);
+    EXPECT_EQ(m.workers(r).max_context(), 4096);
+    bool glog = false;
+    for (const auto& o : m.workers(r).mapped_objects()) glog |= o.path().find("libglog.so") != std::string::npos && o.sha256().size() == 64;
+    EXPECT_TRUE(glog) << "rank " << r << " does not list its mapped libraries";
   }
 }
 
@@ -401,12 +408,12 @@ TEST(ServerLifecycle, RefusesRanksBuiltDifferently) {
   const std::string dir = ::testing::TempDir() + "/other_build";
   std::filesystem::create_directories(dir);
   const std::string copy = dir + "/q38-worker-copy", wrapper = dir + "/worker.sh";
-  std::filesystem::copy_file(Q38_WORKER_BIN, copy, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(Q38_WORKER_PATH, copy, std::filesystem::copy_options::overwrite_existing);
   std::ofstream(copy, std::ios::app) << '\n';
   std::ofstream(wrapper) << "#!/bin/sh\ncase \"$1\" in --rank=2) exec " << copy << " \"$@\";; esac\nexec "
-                         << Q38_WORKER_BIN << " \"$@\"\n";
+                         << Q38_WORKER_PATH << " \"$@\"\n";
   std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
-  Server s({.extra_flags = {"--worker_binary=" + wrapper}});
+  Server s({.worker_binary = wrapper});
   EXPECT_FALSE(s.ready());
   EXPECT_EQ(s.SignalAndWait(0), 3);
   EXPECT_NE(ReadLog(s).find("refusing to serve: FAILED_PRECONDITION: rank 2 runs build"), std::string::npos) << ReadLog(s);

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
-#include "worker/checkpoint/atomic_file.h"
+#include "common/atomic_file.h"
 #include "worker/checkpoint/checkpoint_layout.h"
 #include "worker/checkpoint/strict_json.h"
 

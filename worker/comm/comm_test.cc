@@ -22,15 +22,19 @@ std::string FreshDir() {
   return mkdtemp(dir.data());
 }
 
+Tensor View(std::vector<float>& v) { return Tensor{v.data(), DType::kF32, {static_cast<int64_t>(v.size())}}; }
+
 // The checks each rank runs; returns an empty string when all hold.
 std::string Exercise(Communicator& c) {
   const int r = c.rank(), n = c.size();
   std::vector<float> v = {1.0f + r, 10.0f * r, -0.5f};
-  if (!c.AllReduceSum(v.data(), v.size()).ok()) return "all-reduce failed";
+  Tensor vt = View(v);
+  if (!c.AllReduceSum(vt).ok()) return "all-reduce failed";
   const float sum_r = n * (n - 1) / 2.0f;
   if (v != std::vector<float>{n + sum_r, 10 * sum_r, -0.5f * n}) return "wrong all-reduce";
   std::vector<float> mine = {static_cast<float>(r), static_cast<float>(r * r)}, all(2 * n);
-  if (!c.AllGather(mine.data(), 2, all.data()).ok()) return "all-gather failed";
+  Tensor all_t = View(all);
+  if (!c.AllGather(View(mine), all_t).ok()) return "all-gather failed";
   for (int k = 0; k < n; ++k) {
     if (all[2 * k] != k || all[2 * k + 1] != k * k) return "wrong all-gather";
   }
@@ -111,11 +115,19 @@ TEST(Comm, GlooCollectiveWithADeadPeerFails) {
     if (!c.ok()) return 3;
     if (r == 1) return 0;
     std::vector<float> v(1000, 1.0f);
-    absl::Status s = (*c)->AllReduceSum(v.data(), v.size());
+    Tensor vt = View(v);
+    absl::Status s = (*c)->AllReduceSum(vt);
     return s.ok() ? 1 : (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ? 0 : 2);
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
   std::filesystem::remove_all(dir);
+}
+
+TEST(Comm, CpuGroupsRefuseNonF32Tensors) {
+  auto group = MakeInProcessGroup(1);
+  std::vector<uint16_t> halves(4);
+  Tensor t{halves.data(), DType::kF16, {4}};
+  EXPECT_TRUE(absl::IsInvalidArgument(group[0]->AllReduceSum(t)));
 }
 
 TEST(Comm, GlooRejectsABadRank) {

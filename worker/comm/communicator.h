@@ -10,8 +10,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/tensor.h"
 
 namespace q38 {
+
+// Host F32 views of collective arguments, checked, for the CPU groups.
+absl::StatusOr<float*> HostF32(const Tensor& t);
 
 class Communicator {
  public:
@@ -20,11 +24,13 @@ class Communicator {
   virtual int size() const = 0;
   // A short name with the version, for manifests ("gloo-0.5.0", "inprocess").
   virtual std::string version() const = 0;
-  // data[0..n) ← Σ over ranks, identically summed on every rank.
-  virtual absl::Status AllReduceSum(float* data, size_t n) = 0;
-  // out[r·n .. (r+1)·n) ← rank r's in[0..n).
-  virtual absl::Status AllGather(const float* in, size_t n, float* out) = 0;
-  // bytes [0..n) of root's data to every rank.
+  // Tensors live where the group's backend keeps activations: host F32 for the in-process and
+  // Gloo groups, device memory for NCCL, whose collectives are queued behind the backend's work.
+  // t ← Σ over ranks, identically summed on every rank.
+  virtual absl::Status AllReduceSum(Tensor& t) = 0;
+  // out [world, in...] ← every rank's in, in rank order.
+  virtual absl::Status AllGather(const Tensor& in, Tensor& out) = 0;
+  // bytes [0..n) of root's host data to every rank; returns once they have arrived.
   virtual absl::Status Broadcast(void* data, size_t n, int root) = 0;
 };
 

@@ -15,6 +15,7 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "worker/comm/communicator.h"
 
 namespace q38 {
@@ -45,7 +46,9 @@ class GlooCommunicator final : public Communicator {
     return absl::StrCat("gloo-", GLOO_VERSION_MAJOR, ".", GLOO_VERSION_MINOR, ".", GLOO_VERSION_PATCH);
   }
 
-  absl::Status AllReduceSum(float* data, size_t n) override {
+  absl::Status AllReduceSum(Tensor& t) override {
+    ASSIGN_OR_RETURN(float* data, HostF32(t));
+    const size_t n = t.numel();
     return Guard("all-reduce", [&] {
       gloo::AllreduceOptions opts(ctx_);
       opts.setOutput(data, n);
@@ -54,7 +57,11 @@ class GlooCommunicator final : public Communicator {
       gloo::allreduce(opts);
     });
   }
-  absl::Status AllGather(const float* in, size_t n, float* out) override {
+  absl::Status AllGather(const Tensor& in_t, Tensor& out_t) override {
+    ASSIGN_OR_RETURN(const float* in, HostF32(in_t));
+    ASSIGN_OR_RETURN(float* out, HostF32(out_t));
+    const size_t n = in_t.numel();
+    if (out_t.numel() != static_cast<int64_t>(n) * size()) return absl::InvalidArgumentError("all-gather: output is not world × input");
     return Guard("all-gather", [&] {
       gloo::AllgatherOptions opts(ctx_);
       opts.setInput(const_cast<float*>(in), n);

@@ -3,6 +3,9 @@
 #include <cstring>
 #include <mutex>
 
+#include "absl/strings/str_cat.h"
+
+#include "common/status.h"
 #include "worker/comm/communicator.h"
 
 namespace q38 {
@@ -13,9 +16,10 @@ class SoloCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string version() const override { return "solo"; }
-  absl::Status AllReduceSum(float*, size_t) override { return absl::OkStatus(); }
-  absl::Status AllGather(const float* in, size_t n, float* out) override {
-    std::memmove(out, in, n * sizeof(float));
+  absl::Status AllReduceSum(Tensor&) override { return absl::OkStatus(); }
+  absl::Status AllGather(const Tensor& in, Tensor& out) override {
+    if (in.nbytes() != out.nbytes()) return absl::InvalidArgumentError("all-gather: output size differs from input");
+    std::memmove(out.data, in.data, in.nbytes());
     return absl::OkStatus();
   }
   absl::Status Broadcast(void*, size_t, int) override { return absl::OkStatus(); }
@@ -35,7 +39,9 @@ class InProcessCommunicator final : public Communicator {
   int size() const override { return static_cast<int>(shared_->slots.size()); }
   std::string version() const override { return "inprocess"; }
 
-  absl::Status AllReduceSum(float* data, size_t n) override {
+  absl::Status AllReduceSum(Tensor& t) override {
+    ASSIGN_OR_RETURN(float* data, HostF32(t));
+    const size_t n = t.numel();
     std::vector<float> sum(n, 0.0f);
     Exchange(data, [&] {
       for (const void* p : shared_->slots) {
@@ -46,7 +52,11 @@ class InProcessCommunicator final : public Communicator {
     std::memcpy(data, sum.data(), n * sizeof(float));
     return absl::OkStatus();
   }
-  absl::Status AllGather(const float* in, size_t n, float* out) override {
+  absl::Status AllGather(const Tensor& in_t, Tensor& out_t) override {
+    ASSIGN_OR_RETURN(const float* in, HostF32(in_t));
+    ASSIGN_OR_RETURN(float* out, HostF32(out_t));
+    const size_t n = in_t.numel();
+    if (out_t.numel() != static_cast<int64_t>(n) * size()) return absl::InvalidArgumentError("all-gather: output is not world × input");
     Exchange(in, [&] {
       for (int r = 0; r < size(); ++r) std::memcpy(out + r * n, shared_->slots[r], n * sizeof(float));
     });
@@ -74,6 +84,13 @@ class InProcessCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+absl::StatusOr<float*> HostF32(const Tensor& t) {
+  if (t.dtype != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat("collective on ", std::string(DTypeName(t.dtype)), ": this group reduces host F32"));
+  }
+  return t.as<float>();
+}
 
 std::unique_ptr<Communicator> MakeSoloCommunicator() { return std::make_unique<SoloCommunicator>(); }
 

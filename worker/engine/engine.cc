@@ -23,6 +23,7 @@ Engine::Engine(Model& model, int64_t max_context, int64_t valid_vocab)
 
 absl::StatusOr<RunResult> Engine::Run(const RunSpec& spec, const std::function<void(int32_t)>& emit,
                                       const std::function<bool()>& cancelled) {
+  model_.backend().BindToThread();
   Communicator& comm = model_.comm();
   const bool leader = comm.rank() == 0;
   const int64_t total = static_cast<int64_t>(spec.prompt.size()) + spec.max_tokens;

@@ -9,7 +9,7 @@
 #include "common/status.h"
 #include "kernels/ple/ple_hash.h"
 #include "nlohmann/json.hpp"
-#include "worker/checkpoint/atomic_file.h"
+#include "common/atomic_file.h"
 #include "worker/checkpoint/safetensors_writer.h"
 #include "worker/model/modelopt_config.h"
 

@@ -10,7 +10,7 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
-#include "worker/checkpoint/atomic_file.h"
+#include "common/atomic_file.h"
 #include "worker/checkpoint/safetensors_writer.h"
 #include "worker/checkpoint/tensor_store.h"
 #include "worker/model/modelopt_config.h"

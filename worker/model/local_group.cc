@@ -1,30 +1,73 @@
 #include "worker/model/local_group.h"
 
+#include <stdlib.h>
+
+#include <filesystem>
 #include <thread>
 
 #include "common/status.h"
+#include "worker/rank_device.h"
 
 namespace q38 {
 
-absl::Status RunLocalGroup(const ModelConfig& config, const TensorStore& store, int tp,
-                           const std::function<absl::Status(Model&)>& fn) {
+namespace {
+
+// Rank r's weights: read from `store`, or drawn from `seed` without one.
+absl::StatusOr<ModelWeights> RankWeights(const ModelConfig& config, const TensorStore* store, uint64_t seed,
+                                         Backend& backend, const ShardSpec& shard) {
+  if (store == nullptr) return SyntheticWeights(config, backend, shard, seed);
+  return LoadWeights(config, *store, backend, shard);
+}
+
+absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint64_t seed, int tp,
+                      const std::function<absl::Status(Model&)>& fn, const LocalGroupOptions& options) {
   if (tp < 1) return absl::InvalidArgumentError("tp must be at least 1");
-  std::vector<std::unique_ptr<Communicator>> comms = MakeInProcessGroup(tp);
+  if (!options.gpus.empty() && static_cast<int>(options.gpus.size()) != tp) {
+    return absl::InvalidArgumentError("one GPU per rank is needed");
+  }
+  // CPU threads meet in process; GPU ranks need NCCL, whose id travels through a scratch directory.
+  std::vector<std::unique_ptr<Communicator>> comms;
+  if (options.device == "cpu") comms = MakeInProcessGroup(tp);
+  std::string rendezvous = (std::filesystem::temp_directory_path() / "q38-group-XXXXXX").string();
+  if (options.device != "cpu" && mkdtemp(rendezvous.data()) == nullptr) {
+    return absl::InternalError("cannot create a rendezvous directory");
+  }
   std::vector<absl::Status> results(tp);
   std::vector<std::thread> threads;
   for (int r = 0; r < tp; ++r) {
     threads.emplace_back([&, r] {
       results[r] = [&]() -> absl::Status {
-        std::unique_ptr<Backend> backend = MakeCpuBackend();
-        ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(config, store, *backend, {r, tp}));
-        Model model(config, std::move(weights), *backend, *comms[r]);
+        RankDevice d;
+        if (options.device == "cpu") {
+          d.backend = MakeCpuBackend();
+          d.comm = std::move(comms[r]);
+        } else {
+          ASSIGN_OR_RETURN(d, OpenRankDevice({.rank = r, .world = tp, .device = options.device,
+                                              .gpu = options.gpus.empty() ? r : options.gpus[r],
+                                              .rendezvous = rendezvous, .timeout_ms = 60000}));
+        }
+        ASSIGN_OR_RETURN(ModelWeights weights, RankWeights(config, store, seed, *d.backend, {r, tp}));
+        Model model(config, std::move(weights), *d.backend, *d.comm, options.model);
         return fn(model);
       }();
     });
   }
   for (auto& t : threads) t.join();
+  if (options.device != "cpu") std::filesystem::remove_all(rendezvous);
   for (const absl::Status& s : results) RETURN_IF_ERROR(s);
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunLocalGroup(const ModelConfig& config, const TensorStore& store, int tp,
+                           const std::function<absl::Status(Model&)>& fn, const LocalGroupOptions& options) {
+  return RunGroup(config, &store, 0, tp, fn, options);
+}
+
+absl::Status RunSyntheticGroup(const ModelConfig& config, uint64_t seed, int tp,
+                               const std::function<absl::Status(Model&)>& fn, const LocalGroupOptions& options) {
+  return RunGroup(config, nullptr, seed, tp, fn, options);
 }
 
 }  // namespace q38

@@ -1,17 +1,28 @@
-// A tensor-parallel group inside one process: one thread per rank, each with its own CPU backend
-// and weight shard, joined by in-process collectives. The model runner, the benchmark and the
-// tests use it; servers run one rank per process instead.
+// A tensor-parallel group inside one process: one thread per rank, each with its own backend and
+// weight shard: CPU ranks joined by in-process collectives, or one GPU per rank joined by NCCL.
+// The model runner, the benchmark and the tests use it; servers run one rank per process instead.
 #pragma once
 
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "worker/model/qwen4_exp.h"
 
 namespace q38 {
 
+struct LocalGroupOptions {
+  std::string device = "cpu";  // cpu | cuda
+  std::vector<int> gpus;       // with cuda: rank r uses gpus[r] (default: GPU r)
+  ModelOptions model;
+};
+
 // Loads rank r's shard and calls fn(model) on every rank concurrently; returns the first error.
 absl::Status RunLocalGroup(const ModelConfig& config, const TensorStore& store, int tp,
-                           const std::function<absl::Status(Model&)>& fn);
+                           const std::function<absl::Status(Model&)>& fn, const LocalGroupOptions& options = {});
+// The same with synthetic weights drawn from `seed` on each rank's backend (weights.h).
+absl::Status RunSyntheticGroup(const ModelConfig& config, uint64_t seed, int tp,
+                               const std::function<absl::Status(Model&)>& fn, const LocalGroupOptions& options = {});
 
 }  // namespace q38

@@ -1,4 +1,4 @@
-// q38-bench-model: CPU prefill and decode throughput of a checkpoint at several TP sizes, as
+// q38-bench-model: prefill and decode throughput of a checkpoint at several TP sizes, as
 // medians over repeated runs, without a server. Ranks are threads of this process (local group).
 #include <algorithm>
 #include <iostream>
@@ -11,9 +11,12 @@
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/greedy.h"
+#include "worker/model/group_flags.h"
 #include "worker/model/local_group.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory");
+ABSL_FLAG(std::string, synthetic, "", "instead of --model: synthetic weights of this size (release | tiny), drawn on each rank");
+ABSL_FLAG(uint64_t, seed, 1, "seed of the synthetic weights");
 ABSL_FLAG(std::string, tp, "1,4", "comma-separated TP sizes");
 ABSL_FLAG(int64_t, prompt_tokens, 128, "prompt length");
 ABSL_FLAG(int64_t, decode_tokens, 64, "tokens to decode after the prompt");
@@ -29,34 +32,51 @@ double Median(std::vector<double> v) {
 }
 
 absl::Status Main() {
-  const std::string dir = absl::GetFlag(FLAGS_model);
-  if (dir.empty()) return absl::InvalidArgumentError("--model is required");
-  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
-  ASSIGN_OR_RETURN(std::unique_ptr<TensorStore> store, TensorStore::Open(dir));
+  const std::string dir = absl::GetFlag(FLAGS_model), synthetic = absl::GetFlag(FLAGS_synthetic);
+  if (dir.empty() == synthetic.empty()) return absl::InvalidArgumentError("give exactly one of --model and --synthetic");
+  if (!synthetic.empty() && synthetic != "release" && synthetic != "tiny") {
+    return absl::InvalidArgumentError("--synthetic: expected release or tiny");
+  }
+  ModelConfig config = synthetic == "release" ? ReleaseModelConfig() : TinyModelConfig();
+  std::unique_ptr<TensorStore> store;
+  if (!dir.empty()) {
+    ASSIGN_OR_RETURN(config, LoadModelConfig(dir));
+    ASSIGN_OR_RETURN(store, TensorStore::Open(dir));
+  }
   const int64_t P = absl::GetFlag(FLAGS_prompt_tokens), D = absl::GetFlag(FLAGS_decode_tokens);
   const int repeats = absl::GetFlag(FLAGS_repeats);
   if (P < 1 || D < 2 || repeats < 1) return absl::InvalidArgumentError("need prompt ≥ 1, decode ≥ 2, repeats ≥ 1");
   std::vector<int32_t> prompt(P);
   for (int64_t i = 0; i < P; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 13) % config.vocab_size);
-  nlohmann::json report = {{"model", dir}, {"prompt_tokens", P}, {"decode_tokens", D}, {"repeats", repeats}, {"runs", nlohmann::json::array()}};
+  ASSIGN_OR_RETURN(LocalGroupOptions group, LocalGroupOptionsFromFlags());
+  nlohmann::json report = {{"model", dir.empty() ? "synthetic:" + synthetic : dir},
+                           {"synthetic_weights", !synthetic.empty()},
+                           {"device", group.device}, {"decode_graph", group.model.decode_graph}, {"prompt_tokens", P}, {"decode_tokens", D}, {"repeats", repeats}, {"runs", nlohmann::json::array()}};
   std::cout << "TP  prefill tok/s (median)  decode tok/s (median)  TPOT ms\n";
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_tp), ',')) {
     int tp;
     if (!absl::SimpleAtoi(part, &tp)) return absl::InvalidArgumentError("--tp: not a number");
     std::vector<double> prefill, decode;
-    RETURN_IF_ERROR(RunLocalGroup(config, *store, tp, [&](Model& model) -> absl::Status {
+    const auto run = [&](Model& model) -> absl::Status {
+      if (model.comm().rank() == 0) std::cerr << "tp " << tp << ": weights ready" << std::endl;
       SequenceState state = model.NewSequence(P + D);
       for (int r = 0; r <= repeats; ++r) {  // run 0 is the warmup
         model.Reset(state);
         ASSIGN_OR_RETURN(GreedyResult g, GenerateGreedy(model, state, prompt, D, 8192));
-        if (r == 0 || model.comm().rank() != 0) continue;
+        if (model.comm().rank() != 0) continue;
         double steps = 0;
         for (double s : g.step_seconds) steps += s;
+        // Progress on stderr, so that a run cut short still shows how far it got.
+        std::cerr << "tp " << tp << (r == 0 ? " warmup" : " repeat ") << (r == 0 ? "" : std::to_string(r)) << ": prefill "
+                  << g.prefill_seconds << " s, decode " << g.step_seconds.size() / steps << " tok/s" << std::endl;
+        if (r == 0) continue;
         prefill.push_back(P / g.prefill_seconds);
         decode.push_back(g.step_seconds.size() / steps);
       }
       return absl::OkStatus();
-    }));
+    };
+    RETURN_IF_ERROR(store ? RunLocalGroup(config, *store, tp, run, group)
+                          : RunSyntheticGroup(config, absl::GetFlag(FLAGS_seed), tp, run, group));
     const double pm = Median(prefill), dm = Median(decode);
     printf("%-3d %22.1f %22.1f %8.2f\n", tp, pm, dm, 1e3 / dm);
     report["runs"].push_back({{"tp", tp}, {"prefill_tokens_per_second", prefill}, {"decode_tokens_per_second", decode},
@@ -70,7 +90,7 @@ absl::Status Main() {
 }  // namespace q38
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Measures CPU prefill and decode tok/s: q38-bench-model --model DIR [--tp 1,4]");
+  absl::SetProgramUsageMessage("Measures prefill and decode tok/s: q38-bench-model --model DIR [--tp 1,4] [--device cuda]");
   absl::ParseCommandLine(argc, argv);
   if (absl::Status s = q38::Main(); !s.ok()) {
     std::cerr << "q38-bench-model: " << s << "\n";

@@ -8,8 +8,9 @@
 
 namespace q38 {
 
-Model::Model(const ModelConfig& config, ModelWeights weights, Backend& backend, Communicator& comm)
-    : config_(config), weights_(std::move(weights)), backend_(backend), comm_(comm),
+Model::Model(const ModelConfig& config, ModelWeights weights, Backend& backend, Communicator& comm,
+             ModelOptions options)
+    : config_(config), weights_(std::move(weights)), backend_(backend), comm_(comm), options_(options),
       eps_(static_cast<float>(config.rms_norm_eps)) {}
 
 SequenceState Model::NewSequence(int64_t capacity) const {
@@ -52,8 +53,7 @@ void Model::Reset(SequenceState& s) const {
 
 absl::Status Model::AllReduce(Buffer& partial) {
   if (comm_.size() == 1) return absl::OkStatus();
-  backend_.Synchronize();
-  return comm_.AllReduceSum(partial.t().as<float>(), partial.t().numel());
+  return comm_.AllReduceSum(partial.t());
 }
 
 void Model::HyperConnection(const HcWeights& w, const Tensor& X, Buffer& h, Buffer* g) {
@@ -80,7 +80,8 @@ Buffer Model::GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState:
   backend_.Linear(h, w.a.t(), a.t());
   Buffer xc = Act({T, C});
   backend_.CausalConv(qkv.t(), w.conv.t(), s.conv.t(), xc.t(), /*dilation=*/1);
-  Buffer beta = Act({T, Hv}), g = Act({T, Hv});
+  // The gates stay FP32 on every backend: the decay exp(g) compounds over the whole sequence.
+  Buffer beta = backend_.Alloc(DType::kF32, {T, Hv}), g = backend_.Alloc(DType::kF32, {T, Hv});
   backend_.GdnGates(b.t(), a.t(), w.a_log.t(), w.dt_bias.t(), beta.t(), g.t());
   Buffer o = Act({T, Dv});
   backend_.GdnDeltaRule(xc.t(), beta.t(), g.t(), s.recurrent.t(), o.t(), w.key_heads, config_.gdn_key_dim,
@@ -92,36 +93,33 @@ Buffer Model::GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState:
   return out;
 }
 
-Buffer Model::Attention(const AttentionWeights& w, const Tensor& h, const Tensor& positions, int64_t start,
+Buffer Model::Attention(const AttentionWeights& w, const Tensor& h, const Tensor& positions,
                         SequenceState::Attention& s) {
   const ModelConfig& c = config_;
   const int64_t T = h.dim(0), dh = c.head_dim, Hq = w.q_heads, Hkv = w.kv_heads;
   const int64_t Hi = c.indexer_heads, di = c.indexer_head_dim, ratio = c.indexer_compress_ratio;
-  Buffer q = Act({T, Hq, dh}), gate = Act({T, Hq * dh}), k = Act({T, Hkv, dh});
+  Buffer q = Act({T, Hq, dh}), gate = Act({T, Hq * dh}), k = Act({T, Hkv, dh}), v = Act({T, Hkv, dh});
   backend_.Linear(h, w.q.t(), q.t());
   backend_.Linear(h, w.gate.t(), gate.t());
   backend_.Linear(h, w.k.t(), k.t());
-  Tensor v_rows = s.v.t().Rows(start, T);  // V is cached raw
-  backend_.Linear(h, w.v.t(), v_rows);
+  backend_.Linear(h, w.v.t(), v.t());
+  backend_.WriteRows(v.t(), s.v.t(), positions);  // V is cached raw
   backend_.RmsNorm(q.t(), w.q_norm.t(), q.t(), dh, true, eps_);
   backend_.RmsNorm(k.t(), w.k_norm.t(), k.t(), dh, true, eps_);
   backend_.Rope(q.t(), positions, c.rotary_dim, c.rope_theta);
   backend_.Rope(k.t(), positions, c.rotary_dim, c.rope_theta);
-  Tensor k_rows = s.k.t().Rows(start, T);
-  backend_.Copy(k.t(), k_rows);
+  backend_.WriteRows(k.t(), s.k.t(), positions);
 
   // QSA indexer: cache this chunk's raw keys, pool the blocks it completes, select per query.
   Buffer iq = Act({T, Hi, di});
   backend_.Linear(h, w.index_q.t(), iq.t());
   backend_.RmsNorm(iq.t(), w.index_q_norm.t(), iq.t(), di, true, eps_);
   backend_.Rope(iq.t(), positions, c.rotary_dim, c.rope_theta);
-  Tensor raw_rows = s.raw_keys.t().Rows(start, T);
-  backend_.Linear(h, w.index_k.t(), raw_rows);
-  const int64_t done = start / ratio, complete = (start + T) / ratio;
-  if (complete > done) {
-    backend_.IndexerPoolBlocks(s.raw_keys.t(), w.index_k_norm.t(), s.pooled.t(), done, complete - done, ratio,
-                               eps_, c.rotary_dim, c.rope_theta);
-  }
+  Buffer raw = Act({T, di});
+  backend_.Linear(h, w.index_k.t(), raw.t());
+  backend_.WriteRows(raw.t(), s.raw_keys.t(), positions);
+  backend_.IndexerPoolBlocks(s.raw_keys.t(), w.index_k_norm.t(), s.pooled.t(), positions, ratio, eps_, c.rotary_dim,
+                             c.rope_theta);
   Buffer sel = backend_.Alloc(DType::kI32, {T, c.indexer_budget / ratio});
   backend_.IndexerSelect(iq.t(), s.pooled.t(), positions, sel.t(), ratio);
 
@@ -152,13 +150,11 @@ Buffer Model::Moe(const MoeWeights& w, const Tensor& h) {
   return out;
 }
 
-void Model::Ple(const PleWeights& w, Tensor& X, const std::vector<int32_t>& ids, SequenceState& s) {
+void Model::Ple(const PleWeights& w, Tensor& X, const Tensor& rows, SequenceState& s) {
   const ModelConfig& c = config_;
   const int64_t T = X.dim(0), S = c.hc_count, H = c.hidden_size;
-  std::vector<int64_t> rows(T * w.hash.heads());
-  NgramRows(w.hash, ids.data(), T, c.ple_eos(), s.ple_history, rows.data());
   Buffer e = Act({T, c.ple_embed_dim});
-  backend_.PleGather(w.table, rows, e.t());
+  backend_.PleLoad(rows, w.table.scale, e.t());
   Buffer kp = Act({T, S * H}), v = Act({T, H}), qn = Act({T, S * H});
   backend_.Linear(e.t(), w.key.t(), kp.t());
   backend_.RmsNorm(kp.t(), w.norm_key.t(), kp.t(), H, true, eps_);
@@ -173,31 +169,49 @@ void Model::Ple(const PleWeights& w, Tensor& X, const std::vector<int32_t>& ids,
   backend_.Add(X, conv.t());
 }
 
-absl::StatusOr<Buffer> Model::Forward(const std::vector<int32_t>& ids, SequenceState& state, int64_t keep) {
-  const ModelConfig& c = config_;
-  const int64_t T = static_cast<int64_t>(ids.size()), S = c.hc_count, H = c.hidden_size;
-  if (T == 0) return absl::InvalidArgumentError("forward: no tokens");
-  if (state.length + T > state.capacity) {
-    return absl::OutOfRangeError(absl::StrCat("forward: ", state.length + T, " tokens exceed the cache capacity of ",
-                                              state.capacity));
+StepInputs Model::AllocInputs(int64_t T) {
+  StepInputs in;
+  in.ids = backend_.Alloc(DType::kI32, {T});
+  in.positions = backend_.Alloc(DType::kI64, {T});
+  in.ple_rows.resize(config_.num_layers);
+  for (int i = 0; i < config_.num_layers; ++i) {
+    if (const auto& ple = weights_.layers[i].ple) {
+      in.ple_rows[i] = backend_.AllocStaging(ple->table.dtype, {T, ple->hash.heads() * ple->table.row_width});
+    }
   }
-  for (int32_t id : ids) {
-    if (id < 0 || id >= c.vocab_size) return absl::InvalidArgumentError(absl::StrCat("forward: token id ", id, " outside the vocabulary"));
-  }
-  const int64_t start = state.length;
-  Buffer id_buf = backend_.UploadRaw(ids.data(), DType::kI32, {T});
-  std::vector<int64_t> pos(T);
-  for (int64_t t = 0; t < T; ++t) pos[t] = start + t;
-  Buffer positions = backend_.UploadRaw(pos.data(), DType::kI64, {T});
+  return in;
+}
 
+void Model::StageInputs(const std::vector<int32_t>& ids, SequenceState& state, StepInputs& in) {
+  const int64_t T = static_cast<int64_t>(ids.size());
+  std::vector<int64_t> pos(T);
+  for (int64_t t = 0; t < T; ++t) pos[t] = state.length + t;
+  backend_.CopyFromHost(ids.data(), in.ids.t());
+  backend_.CopyFromHost(pos.data(), in.positions.t());
+  // Every PLE layer reads the n-gram rows that follow the same history.
+  std::vector<int64_t> history;
+  for (int i = 0; i < config_.num_layers; ++i) {
+    const auto& ple = weights_.layers[i].ple;
+    if (!ple) continue;
+    history = state.ple_history;
+    std::vector<int64_t> rows(T * ple->hash.heads());
+    NgramRows(ple->hash, ids.data(), T, config_.ple_eos(), history, rows.data());
+    PleStageRows(ple->table, rows.data(), static_cast<int64_t>(rows.size()), in.ple_rows[i].t().as<uint8_t>());
+  }
+  if (!history.empty()) state.ple_history = history;
+}
+
+absl::StatusOr<Buffer> Model::Step(int64_t T, const StepInputs& in, SequenceState& state, int64_t keep) {
+  const ModelConfig& c = config_;
+  const int64_t S = c.hc_count, H = c.hidden_size;
   Buffer X = Act({T, S * H});
-  backend_.EmbedStreams(weights_.embed.t(), id_buf.t(), X.t(), S);
+  backend_.EmbedStreams(weights_.embed.t(), in.ids.t(), X.t(), S);
   Buffer h = Act({T, H}), g = Act({T, S});
   for (int i = 0; i < c.num_layers; ++i) {
     const LayerWeights& l = weights_.layers[i];
-    if (l.ple) Ple(*l.ple, X.t(), ids, state);
+    if (l.ple) Ple(*l.ple, X.t(), in.ple_rows[i].t(), state);
     HyperConnection(l.attn_hc, X.t(), h, &g);
-    Buffer y = c.is_attention(i) ? Attention(l.attn, h.t(), positions.t(), start, state.attention[i])
+    Buffer y = c.is_attention(i) ? Attention(l.attn, h.t(), in.positions.t(), state.attention[i])
                                  : GatedDeltaNet(l.gdn, h.t(), state.gdn[i]);
     RETURN_IF_ERROR(AllReduce(y));
     backend_.HcResidual(X.t(), g.t(), y.t());
@@ -206,8 +220,6 @@ absl::StatusOr<Buffer> Model::Forward(const std::vector<int32_t>& ids, SequenceS
     RETURN_IF_ERROR(AllReduce(m));
     backend_.HcResidual(X.t(), g.t(), m.t());
   }
-  state.length += T;
-  keep = std::min(keep, T);
   Tensor last = X.t().Rows(T - keep, keep);
   Buffer hf = Act({keep, H});
   HyperConnection(weights_.mixer, last, hf, nullptr);
@@ -216,11 +228,52 @@ absl::StatusOr<Buffer> Model::Forward(const std::vector<int32_t>& ids, SequenceS
   return logits;
 }
 
+absl::StatusOr<Buffer> Model::Forward(const std::vector<int32_t>& ids, SequenceState& state, int64_t keep) {
+  const ModelConfig& c = config_;
+  const int64_t T = static_cast<int64_t>(ids.size());
+  if (T == 0) return absl::InvalidArgumentError("forward: no tokens");
+  if (state.length + T > state.capacity) {
+    return absl::OutOfRangeError(absl::StrCat("forward: ", state.length + T, " tokens exceed the cache capacity of ",
+                                              state.capacity));
+  }
+  for (int32_t id : ids) {
+    if (id < 0 || id >= c.vocab_size) return absl::InvalidArgumentError(absl::StrCat("forward: token id ", id, " outside the vocabulary"));
+  }
+  keep = std::min(keep, T);
+  if (!(options_.decode_graph && T == 1)) {
+    StepInputs in = AllocInputs(T);
+    StageInputs(ids, state, in);
+    ASSIGN_OR_RETURN(Buffer logits, Step(T, in, state, keep));
+    state.length += T;
+    return logits;
+  }
+  if (state.decode == nullptr || state.decode->owner != &state) {
+    auto d = std::make_shared<DecodeGraph>();
+    d->owner = &state;
+    d->inputs = AllocInputs(1);
+    DecodeGraph* raw = d.get();
+    ASSIGN_OR_RETURN(d->graph, backend_.Capture([this, raw, &state]() -> absl::Status {
+      ASSIGN_OR_RETURN(raw->logits, Step(1, raw->inputs, state, 1));
+      return absl::OkStatus();
+    }));
+    state.decode = std::move(d);
+  }
+  StageInputs(ids, state, state.decode->inputs);
+  RETURN_IF_ERROR(state.decode->graph->Replay());
+  state.length += 1;
+  return state.decode->logits;
+}
+
 absl::StatusOr<std::vector<float>> Model::GatherLogits(const Buffer& local) {
   const int64_t T = local.t().dim(0), Vl = local.t().dim(1), world = comm_.size();
-  std::vector<float> mine(T * Vl), all(world * T * Vl), out(T * Vl * world);
-  backend_.CopyToHost(local.t(), mine.data());
-  RETURN_IF_ERROR(comm_.AllGather(mine.data(), mine.size(), all.data()));
+  std::vector<float> all(world * T * Vl), out(T * Vl * world);
+  if (world == 1) {
+    backend_.CopyToHost(local.t(), out.data());
+    return out;
+  }
+  Buffer gathered = backend_.Alloc(local.t().dtype, {world, T, Vl});
+  RETURN_IF_ERROR(comm_.AllGather(local.t(), gathered.t()));
+  backend_.CopyToHost(gathered.t(), all.data());
   // all is [world][T][Vl]; logits are [T][world·Vl].
   for (int64_t r = 0; r < world; ++r) {
     for (int64_t t = 0; t < T; ++t) {

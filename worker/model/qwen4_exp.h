@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -12,6 +13,24 @@
 #include "worker/model/weights.h"
 
 namespace q38 {
+
+// What a forward step reads besides the weights and caches: token ids and positions on the
+// backend, and per PLE layer the table rows it reads, staged from host memory.
+struct StepInputs {
+  Buffer ids;                    // I32 [T]
+  Buffer positions;              // I64 [T]
+  std::vector<Buffer> ple_rows;  // per layer (empty for non-PLE layers): [T, heads·row_width], table dtype
+};
+
+struct SequenceState;
+
+// The decode step recorded once per sequence state and replayed for every later token.
+struct DecodeGraph {
+  const SequenceState* owner = nullptr;  // the state it was recorded against
+  StepInputs inputs;
+  Buffer logits;
+  std::unique_ptr<StepGraph> graph;
+};
 
 // The caches of one sequence on one rank (MODEL.md §12): KV and indexer keys of the attention
 // layers, conv and recurrent states of the GDN layers, the PLE's n-gram history and conv state.
@@ -31,43 +50,58 @@ struct SequenceState {
   std::vector<int64_t> ple_history;  // the last N-1 tokens, most recent first
   int64_t length = 0;                // tokens consumed
   int64_t capacity = 0;              // the most tokens the caches hold
+  std::shared_ptr<DecodeGraph> decode;  // with ModelOptions::decode_graph, after the first decode step
+};
+
+struct ModelOptions {
+  // Decode steps (one token) replay a recorded graph instead of issuing every op.
+  bool decode_graph = false;
 };
 
 class Model {
  public:
-  Model(const ModelConfig& config, ModelWeights weights, Backend& backend, Communicator& comm);
+  Model(const ModelConfig& config, ModelWeights weights, Backend& backend, Communicator& comm,
+        ModelOptions options = {});
 
   SequenceState NewSequence(int64_t capacity) const;
   void Reset(SequenceState& state) const;
 
   // Runs tokens at positions state.length.. through the network, extending the caches. Returns
   // this rank's logits [T, V/world] for the last `keep` tokens (all when keep ≥ T). T > 1 uses the
-  // chunked (prefill) forms of the stateful ops.
+  // chunked (prefill) forms of the stateful ops. With decode_graph, a one-token step returns the
+  // graph's logits buffer, overwritten by the next step.
   absl::StatusOr<Buffer> Forward(const std::vector<int32_t>& ids, SequenceState& state, int64_t keep = 1);
 
   // Full-vocabulary FP32 logits on the host from rank-local logits (an all-gather over ranks).
   absl::StatusOr<std::vector<float>> GatherLogits(const Buffer& local);
 
   const ModelConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
   const ModelWeights& weights() const { return weights_; }
   Backend& backend() { return backend_; }
   Communicator& comm() { return comm_; }
 
  private:
   Buffer Act(std::vector<int64_t> shape) { return backend_.Alloc(backend_.act_dtype(), std::move(shape)); }
+  StepInputs AllocInputs(int64_t T);
+  // Fills inputs for ids at positions state.length.. and advances the n-gram history.
+  void StageInputs(const std::vector<int32_t>& ids, SequenceState& state, StepInputs& in);
+  // Everything a step does on the backend: reads only `in`, the weights and the caches, so that
+  // it can be recorded once and replayed at any position.
+  absl::StatusOr<Buffer> Step(int64_t T, const StepInputs& in, SequenceState& state, int64_t keep);
   // Runs a hyper-connection module: h [T, H] and, with inject, gains g [T, S].
   void HyperConnection(const HcWeights& w, const Tensor& X, Buffer& h, Buffer* g);
   Buffer GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState::Gdn& s);
-  Buffer Attention(const AttentionWeights& w, const Tensor& h, const Tensor& positions, int64_t start,
-                   SequenceState::Attention& s);
+  Buffer Attention(const AttentionWeights& w, const Tensor& h, const Tensor& positions, SequenceState::Attention& s);
   Buffer Moe(const MoeWeights& w, const Tensor& h);
-  void Ple(const PleWeights& w, Tensor& X, const std::vector<int32_t>& ids, SequenceState& s);
+  void Ple(const PleWeights& w, Tensor& X, const Tensor& rows, SequenceState& s);
   absl::Status AllReduce(Buffer& partial);
 
   ModelConfig config_;
   ModelWeights weights_;
   Backend& backend_;
   Communicator& comm_;
+  ModelOptions options_;
   float eps_;
 };
 

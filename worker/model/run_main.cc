@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/greedy.h"
+#include "worker/model/group_flags.h"
 #include "worker/model/local_group.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory");
@@ -41,6 +42,7 @@ absl::Status Main() {
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
   ASSIGN_OR_RETURN(std::unique_ptr<TensorStore> store, TensorStore::Open(dir));
   const int tp = absl::GetFlag(FLAGS_tp);
+  ASSIGN_OR_RETURN(LocalGroupOptions group, LocalGroupOptionsFromFlags());
   GreedyResult g;
   RETURN_IF_ERROR(RunLocalGroup(config, *store, tp, [&](Model& model) -> absl::Status {
     SequenceState state = model.NewSequence(static_cast<int64_t>(prompt.size()) + absl::GetFlag(FLAGS_max_tokens));
@@ -48,7 +50,7 @@ absl::Status Main() {
                                                     absl::GetFlag(FLAGS_chunk)));
     if (model.comm().rank() == 0) g = std::move(r);
     return absl::OkStatus();
-  }));
+  }, group));
   double decode = 0;
   for (double s : g.step_seconds) decode += s;
   const double tpot = g.step_seconds.empty() ? 0 : decode / g.step_seconds.size();
@@ -60,7 +62,8 @@ absl::Status Main() {
                         {"decode_seconds", decode},
                         {"tpot_seconds", tpot},
                         {"decode_tokens_per_second", tpot > 0 ? 1.0 / tpot : 0.0},
-                        {"tp", tp}};
+                        {"tp", tp},
+                        {"device", group.device}};
     std::cout << j.dump() << "\n";
   } else {
     std::cout << "tokens: " << absl::StrJoin(g.tokens, ",") << "\n"

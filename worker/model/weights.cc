@@ -1,12 +1,16 @@
 #include "worker/model/weights.h"
 
+#include <cmath>
 #include <cstring>
+#include <deque>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
+#include "common/splitmix64.h"
 #include "common/status.h"
 
 namespace q38 {
@@ -53,14 +57,34 @@ std::vector<float> GatherFloats(const TensorView& v, const Ranges& rows, int64_t
 // remembers what it read so that anything left over can be reported.
 class Loader {
  public:
-  Loader(const TensorStore& store, Backend& backend, std::string prefix)
-      : store_(store), backend_(backend), prefix_(std::move(prefix)) {}
+  // Without a store the loader is synthetic: every tensor the config implies exists, with the
+  // first dtype its reader accepts, and its values are drawn on the backend from `seed`.
+  Loader(const TensorStore* store, Backend& backend, std::string prefix, uint64_t seed = 0)
+      : store_(store), backend_(backend), prefix_(std::move(prefix)), seed_(seed) {}
+
+  bool synthetic() const { return store_ == nullptr; }
+  // The synthetic stream of one tensor: its values depend on the seed and its name only.
+  uint64_t SeedOf(const std::string& name) const {
+    uint64_t h = seed_;
+    for (unsigned char ch : name) h = SplitMix64(h ^ ch);
+    return h;
+  }
+  // A synthetic tensor filled on the backend.
+  Buffer Random(const std::string& name, DType dtype, std::vector<int64_t> shape, float spread) {
+    Buffer b = backend_.Alloc(dtype, std::move(shape));
+    backend_.FillRandom(b.t(), SeedOf(name), spread);
+    return b;
+  }
 
   const std::string& prefix() const { return prefix_; }
 
   absl::StatusOr<const TensorView*> Get(const std::string& name, const std::vector<int64_t>& shape,
                                         std::initializer_list<DType> dtypes) {
-    const TensorView* v = store_.Find(name);
+    if (synthetic()) {
+      synthetic_views_.push_back({name, *dtypes.begin(), shape, nullptr, 0, "synthetic"});
+      return &synthetic_views_.back();
+    }
+    const TensorView* v = store_->Find(name);
     if (v == nullptr) return absl::NotFoundError(absl::StrCat("checkpoint: missing tensor ", name));
     used_.insert(name);
     if (v->shape != shape) {
@@ -80,27 +104,43 @@ class Loader {
   // its leading dimension, concatenated, and columns [cols.first, +cols.second) of each row.
   absl::StatusOr<Buffer> Dense(const std::string& name, const std::vector<int64_t>& shape,
                                Ranges rows = {}, Range cols = {0, -1}) {
+    return Read(name, shape, std::move(rows), cols, /*f32=*/false);
+  }
+  // The same kept in FP32 on every backend, for gate constants the FP16 range would coarsen.
+  absl::StatusOr<Buffer> DenseF32(const std::string& name, const std::vector<int64_t>& shape, Ranges rows) {
+    return Read(name, shape, std::move(rows), {0, -1}, /*f32=*/true);
+  }
+  absl::StatusOr<Buffer> Read(const std::string& name, const std::vector<int64_t>& shape, Ranges rows, Range cols,
+                              bool f32) {
     ASSIGN_OR_RETURN(const TensorView* v, Get(name, shape, {DType::kBF16, DType::kF16, DType::kF32}));
     const int64_t n_rows = shape.empty() ? 1 : shape[0];
     const int64_t row_len = v->numel() / std::max<int64_t>(n_rows, 1);
     if (rows.empty()) rows = {{0, n_rows}};
     if (cols.second < 0) cols = {0, row_len};
-    const std::vector<float> out = GatherFloats(*v, rows, row_len, cols);
     int64_t total_rows = 0;
     for (auto [begin, count] : rows) total_rows += count;
     std::vector<int64_t> out_shape = shape;
     if (out_shape.empty()) out_shape = {1};
     out_shape[0] = total_rows;
     if (out_shape.size() == 2) out_shape[1] = cols.second;
-    return backend_.Upload(out, out_shape);
+    if (synthetic()) {
+      // Matrices of fan-in K get ±sqrt(3/K) (activations stay of order one); vectors (norms,
+      // gate constants) ±0.1 around zero.
+      const float spread = out_shape.size() >= 2 ? std::sqrt(3.0f / static_cast<float>(row_len)) : 0.1f;
+      return Random(name + (rows.front().first > 0 ? absl::StrCat("@", rows.front().first) : ""),
+                    f32 ? DType::kF32 : backend_.act_dtype(), out_shape, spread);
+    }
+    const std::vector<float> out = GatherFloats(*v, rows, row_len, cols);
+    return f32 ? backend_.UploadF32(out, out_shape) : backend_.Upload(out, out_shape);
   }
 
   // Whole tensor of given shape as FP32 (every dtype Dense reads), for small replicated weights.
   absl::StatusOr<Buffer> Full(const std::string& name, const std::vector<int64_t>& shape) { return Dense(name, shape); }
 
   absl::Status CheckAllUsed() const {
+    if (synthetic()) return absl::OkStatus();
     std::vector<std::string> extra;
-    for (const std::string& name : store_.Names()) {
+    for (const std::string& name : store_->Names()) {
       if (used_.count(name) || Ignored(name)) continue;
       extra.push_back(name);
     }
@@ -110,7 +150,7 @@ class Loader {
   }
 
   Backend& backend() { return backend_; }
-  const TensorStore& store() const { return store_; }
+  const TensorStore* store() const { return store_; }
 
  private:
   // The MTP head and the vision tower are outside the text model (MODEL.md §2).
@@ -119,9 +159,11 @@ class Loader {
            absl::StartsWith(name, "model.visual.") || absl::StartsWith(name, "visual.");
   }
 
-  const TensorStore& store_;
+  const TensorStore* store_;
   Backend& backend_;
   std::string prefix_;
+  uint64_t seed_;
+  std::deque<TensorView> synthetic_views_;
   std::set<std::string> used_;
 };
 
@@ -136,6 +178,11 @@ absl::StatusOr<HcWeights> LoadHc(Loader& L, const ModelConfig& c, const std::str
   HcWeights hc;
   ASSIGN_OR_RETURN(hc.norm, L.Full(p + "hc_norm.weight", {W}));
   ASSIGN_OR_RETURN(hc.up, L.Full(p + "input_mix_weight_up.weight", {W, R}));
+  if (L.synthetic()) {
+    const int64_t rows = R + (inject ? c.hc_count : 0);
+    hc.down_inject = L.Random(p + "down_inject", L.backend().act_dtype(), {rows, W}, std::sqrt(3.0f / W));
+    return hc;
+  }
   // Down and inject both read the normalized state: stack them into one projection.
   ASSIGN_OR_RETURN(const TensorView* down, L.Get(p + "input_mix_weight_down.weight", {R, W},
                                                  {DType::kBF16, DType::kF16, DType::kF32}));
@@ -168,8 +215,8 @@ absl::StatusOr<GdnWeights> LoadGdn(Loader& L, const ModelConfig& c, const std::s
   ASSIGN_OR_RETURN(g.a, L.Dense(p + "in_proj_a.weight", {c.gdn_value_heads, H}, heads));
   ASSIGN_OR_RETURN(g.conv, L.Dense(p + "conv1d.weight", {C, 1, c.conv_kernel}, qkv_rows));
   g.conv.t().shape = {g.conv.t().dim(0), c.conv_kernel};
-  ASSIGN_OR_RETURN(g.a_log, L.Dense(p + "A_log", {c.gdn_value_heads}, heads));
-  ASSIGN_OR_RETURN(g.dt_bias, L.Dense(p + "dt_bias", {c.gdn_value_heads}, heads));
+  ASSIGN_OR_RETURN(g.a_log, L.DenseF32(p + "A_log", {c.gdn_value_heads}, heads));
+  ASSIGN_OR_RETURN(g.dt_bias, L.DenseF32(p + "dt_bias", {c.gdn_value_heads}, heads));
   ASSIGN_OR_RETURN(g.norm, L.Full(p + "norm.weight", {dv}));
   ASSIGN_OR_RETURN(g.out, L.Dense(p + "out_proj.weight", {H, Dv}, {}, {s.rank * hv * dv, hv * dv}));
   return g;
@@ -210,7 +257,8 @@ absl::StatusOr<AttentionWeights> LoadAttention(Loader& L, const ModelConfig& c, 
 
 // Scalar F32 tensors may be stored as [] or [1].
 absl::StatusOr<float> ScalarF32(Loader& L, const std::string& name) {
-  const TensorView* v = L.store().Find(name);
+  if (L.synthetic()) return 1.0f / (3.5f * 40.0f);  // a global scale of the generator's order
+  const TensorView* v = L.store()->Find(name);
   const std::vector<int64_t> shape = (v != nullptr && v->shape.empty()) ? std::vector<int64_t>{} : std::vector<int64_t>{1};
   ASSIGN_OR_RETURN(v, L.Get(name, shape, {DType::kF32, DType::kBF16}));
   return ReadFloat(*v, 0);
@@ -224,6 +272,23 @@ absl::StatusOr<ExpertWeights> LoadNvfp4Experts(Loader& L, const ModelConfig& c, 
   if (Il % 16 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("tensor parallelism: moe_intermediate_size / TP = ", Il,
                                                    " is not a multiple of the NVFP4 block of 16"));
+  }
+  Backend& b = L.backend();
+  ExpertWeights x;
+  x.nvfp4 = true;
+  x.intermediate = Il;
+  if (L.synthetic()) {
+    const std::string r = absl::StrCat("@", s.rank);
+    x.q.gate_up_codes = L.Random(p + "gate_up_codes" + r, DType::kU8, {E, 2 * Il, H / 2}, 0);
+    x.q.gate_up_scales = L.Random(p + "gate_up_scales" + r, DType::kF8E4M3, {E, 2 * Il, H / 16}, 0);
+    x.q.down_codes = L.Random(p + "down_codes" + r, DType::kU8, {E, H, Il / 2}, 0);
+    x.q.down_scales = L.Random(p + "down_scales" + r, DType::kF8E4M3, {E, H, Il / 16}, 0);
+    ASSIGN_OR_RETURN(const float global, ScalarF32(L, ""));
+    const std::vector<float> g(E, global);
+    x.q.gate_global = b.UploadF32(g, {E});
+    x.q.up_global = b.UploadF32(g, {E});
+    x.q.down_global = b.UploadF32(g, {E});
+    return x;
   }
   std::vector<uint8_t> gu_codes(E * 2 * Il * H / 2), gu_scales(E * 2 * Il * H / 16);
   std::vector<uint8_t> dn_codes(E * H * Il / 2), dn_scales(E * H * Il / 16);
@@ -253,17 +318,13 @@ absl::StatusOr<ExpertWeights> LoadNvfp4Experts(Loader& L, const ModelConfig& c, 
       std::memcpy(&dn_scales[(e * H + n) * Il / 16], sc->data + n * I / 16 + s.rank * Il / 16, Il / 16);
     }
   }
-  Backend& b = L.backend();
-  ExpertWeights x;
-  x.nvfp4 = true;
-  x.intermediate = Il;
   x.q.gate_up_codes = b.UploadRaw(gu_codes.data(), DType::kU8, {E, 2 * Il, H / 2});
   x.q.gate_up_scales = b.UploadRaw(gu_scales.data(), DType::kU8, {E, 2 * Il, H / 16});
   x.q.down_codes = b.UploadRaw(dn_codes.data(), DType::kU8, {E, H, Il / 2});
   x.q.down_scales = b.UploadRaw(dn_scales.data(), DType::kU8, {E, H, Il / 16});
-  x.q.gate_global = b.Upload(g_gate, {E});
-  x.q.up_global = b.Upload(g_up, {E});
-  x.q.down_global = b.Upload(g_down, {E});
+  x.q.gate_global = b.UploadF32(g_gate, {E});
+  x.q.up_global = b.UploadF32(g_up, {E});
+  x.q.down_global = b.UploadF32(g_down, {E});
   return x;
 }
 
@@ -325,6 +386,30 @@ absl::Status CheckHashBuffer(Loader& L, const std::string& name, const std::vect
   return absl::OkStatus();
 }
 
+// A synthetic n-gram table of the full size in host memory, FP8 bytes of moderate magnitude,
+// filled by all cores (the release's is 51 GB).
+PleWeights SyntheticTable(const ModelConfig& c, PleWeights w) {
+  PleTable& t = w.table;
+  t.rows_per_shard = w.hash.table_rows;
+  t.row_width = c.ple_row_width();
+  t.dtype = DType::kF8E4M3;
+  t.scale = 0.05f;
+  const size_t bytes = static_cast<size_t>(t.rows_per_shard) * t.row_width;
+  std::shared_ptr<uint8_t[]> memory(new uint8_t[bytes]);
+  uint8_t* data = memory.get();
+  const unsigned n = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> fill;
+  for (unsigned k = 0; k < n; ++k) {
+    fill.emplace_back([=] {
+      for (size_t i = bytes * k / n; i < bytes * (k + 1) / n; ++i) data[i] = SyntheticScaleByte(7, i) ^ (i & 0x80);
+    });
+  }
+  for (auto& th : fill) th.join();
+  t.shards = {data};
+  t.owner = std::move(memory);
+  return w;
+}
+
 absl::StatusOr<PleWeights> LoadPle(Loader& L, const ModelConfig& c, const std::string& p) {
   const int64_t H = c.hidden_size, W = c.hc_width(), D = c.ple_embed_dim;
   PleWeights w;
@@ -338,6 +423,7 @@ absl::StatusOr<PleWeights> LoadPle(Loader& L, const ModelConfig& c, const std::s
   ASSIGN_OR_RETURN(w.conv, L.Full(p + "conv1d.weight", {W, 1, c.ple_conv_kernel}));
   w.conv.t().shape = {W, c.ple_conv_kernel};
   const std::string e = p + "ple_embedding.";
+  if (L.synthetic()) return SyntheticTable(c, w);
   RETURN_IF_ERROR(CheckHashBuffer(L, e + "layer_multipliers", w.hash.multipliers));
   RETURN_IF_ERROR(CheckHashBuffer(L, e + "ngram_heads_vocab_sizes", w.hash.head_sizes));
   RETURN_IF_ERROR(CheckHashBuffer(L, e + "ngram_heads_offsets", w.hash.head_offsets));
@@ -347,7 +433,7 @@ absl::StatusOr<PleWeights> LoadPle(Loader& L, const ModelConfig& c, const std::s
     return absl::InvalidArgumentError(absl::StrCat("config: ", w.hash.table_rows, " n-gram table rows do not split into ",
                                                    parts, " shards (split_ngram_parts)"));
   }
-  PleTableView& t = w.table;
+  PleTable& t = w.table;
   t.rows_per_shard = w.hash.table_rows / parts;
   t.row_width = c.ple_row_width();
   for (int sh = 0; sh < parts; ++sh) {
@@ -375,16 +461,18 @@ absl::StatusOr<std::string> DetectPrefix(const TensorStore& store) {
   return absl::NotFoundError("checkpoint: missing tensor model.language_model.embed_tokens.weight");
 }
 
-}  // namespace
-
-absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& c, const TensorStore& store, Backend& backend,
-                                         const ShardSpec& s, const std::function<void(int, int)>& progress) {
+// Reads (or, without a store, draws) every tensor for one rank.
+absl::StatusOr<ModelWeights> Build(const ModelConfig& c, const TensorStore* store, Backend& backend, const ShardSpec& s,
+                                   const std::function<void(int, int)>& progress, uint64_t synthetic_seed) {
   if (s.world < 1 || s.rank < 0 || s.rank >= s.world) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", s.rank, " outside a TP group of ", s.world));
   }
   RETURN_IF_ERROR(Divisible(c.vocab_size, s.world, "vocab_size"));
-  ASSIGN_OR_RETURN(std::string P, DetectPrefix(store));
-  Loader L(store, backend, P);
+  std::string P = "model.language_model.";
+  if (store != nullptr) {
+    ASSIGN_OR_RETURN(P, DetectPrefix(*store));
+  }
+  Loader L(store, backend, P, synthetic_seed);
   const int64_t H = c.hidden_size, V = c.vocab_size, Vl = V / s.world;
   ModelWeights m;
   m.vocab_begin = s.rank * Vl;
@@ -392,7 +480,7 @@ absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& c, const TensorStore
   ASSIGN_OR_RETURN(m.lm_head, L.Dense("lm_head.weight", {V, H}, {{m.vocab_begin, Vl}}));
   ASSIGN_OR_RETURN(m.mixer, LoadHc(L, c, P + "hyper_connection_mixer.", /*inject=*/false));
   // The experts' format is the checkpoint's: NVFP4 per-expert tensors, or the fused BF16 ones.
-  m.experts_nvfp4 = store.Find(P + "layers.0.mlp.experts.gate_up_proj") == nullptr;
+  m.experts_nvfp4 = store == nullptr || store->Find(P + "layers.0.mlp.experts.gate_up_proj") == nullptr;
   for (int i = 0; i < c.num_layers; ++i) {
     const std::string lp = absl::StrCat(P, "layers.", i, ".");
     LayerWeights l;
@@ -413,7 +501,20 @@ absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& c, const TensorStore
     if (progress) progress(i + 1, c.num_layers);
   }
   RETURN_IF_ERROR(L.CheckAllUsed());
+  m.overflow_count = backend.overflow_count();
   return m;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& config, const TensorStore& store, Backend& backend,
+                                         const ShardSpec& shard, const std::function<void(int, int)>& progress) {
+  return Build(config, &store, backend, shard, progress, 0);
+}
+
+absl::StatusOr<ModelWeights> SyntheticWeights(const ModelConfig& config, Backend& backend, const ShardSpec& shard,
+                                              uint64_t seed, const std::function<void(int, int)>& progress) {
+  return Build(config, nullptr, backend, shard, progress, seed);
 }
 
 }  // namespace q38

@@ -58,7 +58,7 @@ struct PleWeights {
   Buffer key, value;                          // [S·H, D], [H, D]
   Buffer norm_key, norm_query, norm_conv;     // [S·H]
   Buffer conv;                                // [S·H, K]
-  PleTableView table;
+  PleTable table;
   PleHash hash;
 };
 
@@ -89,5 +89,11 @@ struct ModelWeights {
 absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& config, const TensorStore& store,
                                          Backend& backend, const ShardSpec& shard,
                                          const std::function<void(int, int)>& progress = nullptr);
+
+// Weights of the same shapes drawn on the backend from `seed` instead of read (DESIGN.md §6:
+// full-size speed work without a 130 GB checkpoint): NVFP4 experts, FP8 n-gram table of the full
+// row count in host memory. Values are of the generator's magnitudes; the model is noise.
+absl::StatusOr<ModelWeights> SyntheticWeights(const ModelConfig& config, Backend& backend, const ShardSpec& shard,
+                                              uint64_t seed, const std::function<void(int, int)>& progress = nullptr);
 
 }  // namespace q38

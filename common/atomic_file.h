@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 
@@ -29,7 +30,7 @@ class AtomicFileWriter {
   bool committed_ = false;
 };
 
-// The whole of `text` through an AtomicFileWriter.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& text);
+// The whole of `contents` through an AtomicFileWriter.
+absl::Status WriteFileAtomically(const std::string& path, std::string_view contents);
 
 }  // namespace q38

@@ -1,4 +1,4 @@
-#include "worker/checkpoint/atomic_file.h"
+#include "common/atomic_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "common/status.h"
 
 namespace q38 {
 namespace {
@@ -65,10 +64,10 @@ absl::Status AtomicFileWriter::Commit() {
   return absl::OkStatus();
 }
 
-absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
+absl::Status WriteFileAtomically(const std::string& path, std::string_view contents) {
   AtomicFileWriter w(path);
-  RETURN_IF_ERROR(w.Open());
-  RETURN_IF_ERROR(w.Append(text.data(), text.size()));
+  if (absl::Status s = w.Open(); !s.ok()) return s;
+  if (absl::Status s = w.Append(contents.data(), contents.size()); !s.ok()) return s;
   return w.Commit();
 }
 

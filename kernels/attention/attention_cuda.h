@@ -1,0 +1,33 @@
+// QSA on the GPU (MODEL.md §8), as kernels/attention/attention.h: the indexer's block pooling
+// and top-k selection, and attention over the selection split across the context.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace q38::cuda {
+
+// Pools the block a token at positions[t] completes, if it completes one.
+void IndexerPoolBlocks(const __half* raw, const __half* knorm_w, __half* pooled, const int64_t* positions,
+                       int64_t T, int64_t di, int64_t ratio, float eps, int64_t rotary_dim, double theta,
+                       cudaStream_t stream);
+
+// scratch: F32 [T, max_visible_blocks] (block scores of each query).
+void IndexerSelect(const __half* iq, const __half* pooled, const int64_t* positions, int32_t* sel, float* scratch,
+                   int64_t T, int64_t heads, int64_t di, int64_t ratio, int64_t max_blocks,
+                   int64_t max_visible_blocks, cudaStream_t stream);
+
+struct SelectedAttentionDims {
+  int64_t q_heads, kv_heads, head_dim, ratio, max_blocks;
+};
+// Splits of the attended tokens for T queries, and the F32 scratch they need.
+int64_t AttentionSplits(int64_t T, const SelectedAttentionDims& d);
+int64_t AttentionScratchFloats(int64_t T, const SelectedAttentionDims& d);
+// head_dim 32, 64, 128 or 256.
+void SelectedAttention(const __half* q, const __half* kcache, const __half* vcache, const int32_t* sel,
+                       const int64_t* positions, __half* o, float* scratch, int64_t T,
+                       const SelectedAttentionDims& d, cudaStream_t stream);
+
+}  // namespace q38::cuda

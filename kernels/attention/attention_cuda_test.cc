@@ -1,0 +1,114 @@
+// QSA on the GPU against the reference: block pooling at block ends only, top-k selection
+// (sparse, dense, and all-tied scores), and attention over a selection plus the tail, split
+// across the context for decode and whole for prefill.
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "kernels/testing/backend_pair.h"
+
+namespace q38 {
+namespace {
+
+using cpu::op_test::Normal;
+using cuda_test::BackendPair;
+
+TEST(AttentionCuda, PoolsOnlyCompletedBlocks) {
+  Q38_REQUIRE_GPU();
+  BackendPair b;
+  const int64_t ctx = 64, di = 128, ratio = 4, blocks = ctx / ratio + 1;
+  auto raw = b.Act(Normal(ctx * di, 1), {ctx, di});
+  auto w = b.Act(Normal(di, 2), {di});
+  const std::vector<int64_t> pos = {2, 3, 4, 5, 6, 7, 35, 63};  // complete blocks 0, 1, 8, 15
+  auto p = b.Raw(pos.data(), DType::kI64, {static_cast<int64_t>(pos.size())});
+  auto pooled = b.Act(std::vector<float>(blocks * di, 0.25f), {blocks, di});
+  b.cpu().IndexerPoolBlocks(raw.cpu.t(), w.cpu.t(), pooled.cpu.t(), p.cpu.t(), ratio, 1e-6f, 64, 1e7);
+  b.gpu().IndexerPoolBlocks(raw.gpu.t(), w.gpu.t(), pooled.gpu.t(), p.gpu.t(), ratio, 1e-6f, 64, 1e7);
+  EXPECT_TRUE(b.Matches(pooled));
+}
+
+// Runs IndexerSelect on both and returns the GPU's selection after checking it equals the CPU's.
+void ExpectSameSelection(BackendPair& b, const std::vector<float>& pooled_host, int64_t nblocks,
+                         const std::vector<int64_t>& pos, int64_t max_blocks) {
+  const int64_t T = static_cast<int64_t>(pos.size()), heads = 4, di = 128, ratio = 4;
+  auto iq = b.Act(Normal(T * heads * di, 3), {T, heads, di});
+  auto pooled = b.Act(pooled_host, {nblocks, di});
+  auto p = b.Raw(pos.data(), DType::kI64, {T});
+  auto sel = b.Out({T, max_blocks}, DType::kI32);
+  b.cpu().IndexerSelect(iq.cpu.t(), pooled.cpu.t(), p.cpu.t(), sel.cpu.t(), ratio);
+  b.gpu().IndexerSelect(iq.gpu.t(), pooled.gpu.t(), p.gpu.t(), sel.gpu.t(), ratio);
+  EXPECT_EQ(b.GpuInts(sel), b.CpuInts(sel));
+}
+
+TEST(AttentionCuda, SelectsTheSameBlocks) {
+  Q38_REQUIRE_GPU();
+  BackendPair b;
+  const int64_t nblocks = 3000;
+  // Sparse at 12000 and 8191 (2048 and 3000 visible blocks > 512), dense at 2000 and 3.
+  ExpectSameSelection(b, Normal(nblocks * 128, 4), nblocks, {11999, 8191, 2000, 3, 2050}, 512);
+  ExpectSameSelection(b, Normal(nblocks * 128, 5), nblocks, {900, 33}, 7);  // awkward budget
+}
+
+TEST(AttentionCuda, TiedScoresTakeTheLowestBlockIds) {
+  Q38_REQUIRE_GPU();
+  BackendPair b;
+  const int64_t nblocks = 700;
+  std::vector<float> same(nblocks * 128);
+  const std::vector<float> row = Normal(128, 6);
+  for (int64_t i = 0; i < nblocks; ++i) std::copy(row.begin(), row.end(), same.begin() + i * 128);
+  ExpectSameSelection(b, same, nblocks, {2799, 1000}, 512);
+}
+
+// Random ascending block ids below each query's visible count, −1 padded.
+std::vector<int32_t> RandomSelection(const std::vector<int64_t>& pos, int64_t ratio, int64_t max_blocks) {
+  std::mt19937 rng(7);
+  std::vector<int32_t> sel;
+  for (int64_t p : pos) {
+    const int64_t nb = (p + 1) / ratio;
+    std::vector<int32_t> ids(nb);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    ids.resize(std::min(nb, max_blocks));
+    std::sort(ids.begin(), ids.end());
+    ids.resize(max_blocks, -1);
+    sel.insert(sel.end(), ids.begin(), ids.end());
+  }
+  return sel;
+}
+
+void ExpectSameAttention(BackendPair& b, int64_t Hq, int64_t Hkv, int64_t dh, int64_t max_blocks,
+                         const std::vector<int64_t>& pos, int64_t ctx) {
+  const int64_t T = static_cast<int64_t>(pos.size()), ratio = 4;
+  auto q = b.Act(Normal(T * Hq * dh, 8), {T, Hq, dh});
+  auto k = b.Act(Normal(ctx * Hkv * dh, 9), {ctx, Hkv, dh});
+  auto v = b.Act(Normal(ctx * Hkv * dh, 10), {ctx, Hkv, dh});
+  const std::vector<int32_t> sel_host = RandomSelection(pos, ratio, max_blocks);
+  auto sel = b.Raw(sel_host.data(), DType::kI32, {T, max_blocks});
+  auto p = b.Raw(pos.data(), DType::kI64, {T});
+  auto o = b.Out({T, Hq, dh});
+  b.cpu().SelectedAttention(q.cpu.t(), k.cpu.t(), v.cpu.t(), sel.cpu.t(), p.cpu.t(), o.cpu.t(), ratio);
+  b.gpu().SelectedAttention(q.gpu.t(), k.gpu.t(), v.gpu.t(), sel.gpu.t(), p.gpu.t(), o.gpu.t(), ratio);
+  EXPECT_TRUE(b.Matches(o, 2)) << "T " << T << " Hq " << Hq << " dh " << dh;
+}
+
+TEST(AttentionCuda, DecodeSplitsTheContext) {
+  Q38_REQUIRE_GPU();
+  BackendPair b;
+  ExpectSameAttention(b, 24, 2, 256, 512, {8190}, 8192);   // TP1, sparse
+  ExpectSameAttention(b, 12, 1, 256, 512, {1500}, 2048);   // TP2, dense
+  ExpectSameAttention(b, 8, 2, 32, 4, {0}, 16);            // the first token attends only itself
+}
+
+TEST(AttentionCuda, PrefillWholeContextPerQuery) {
+  Q38_REQUIRE_GPU();
+  BackendPair b;
+  std::vector<int64_t> pos(40);
+  std::iota(pos.begin(), pos.end(), 2100);
+  ExpectSameAttention(b, 24, 2, 256, 512, pos, 2200);
+  std::vector<int64_t> tiny(20);
+  std::iota(tiny.begin(), tiny.end(), 0);
+  ExpectSameAttention(b, 8, 2, 32, 4, tiny, 32);
+}
+
+}  // namespace
+}  // namespace q38

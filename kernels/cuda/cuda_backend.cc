@@ -1,0 +1,354 @@
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status.h"
+#include "kernels/attention/attention_cuda.h"
+#include "kernels/conv/conv_cuda.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/gdn/gdn_cuda.h"
+#include "kernels/hc/hc_cuda.h"
+#include "kernels/linear/linear_cuda.h"
+#include "kernels/moe/moe_cuda.h"
+#include "kernels/norm/norm_cuda.h"
+#include "kernels/ple/ple_cuda.h"
+#include "kernels/rope/rope_cuda.h"
+
+namespace q38 {
+namespace {
+
+__half* H(const Tensor& t) {
+  CHECK(t.dtype == DType::kF16) << "CUDA backend expects F16 here, got " << DTypeName(t.dtype);
+  return t.as<__half>();
+}
+float* F(const Tensor& t) {
+  CHECK(t.dtype == DType::kF32) << "CUDA backend expects F32 here, got " << DTypeName(t.dtype);
+  return t.as<float>();
+}
+int32_t* I32(const Tensor& t) {
+  CHECK(t.dtype == DType::kI32) << "expected I32, got " << DTypeName(t.dtype);
+  return t.as<int32_t>();
+}
+int64_t* I64(const Tensor& t) {
+  CHECK(t.dtype == DType::kI64) << "expected I64, got " << DTypeName(t.dtype);
+  return t.as<int64_t>();
+}
+int64_t Rows(const Tensor& t) { return t.numel() / t.dim(-1); }
+
+absl::Status CudaStatus(cudaError_t e, absl::string_view what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+std::string UuidString(const cudaUUID_t& u) {
+  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
+  return absl::StrFormat("GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
+                         b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+// A captured decode step: the executable graph and the private pool its buffers came from.
+class CudaGraph final : public StepGraph {
+ public:
+  CudaGraph(cudaGraphExec_t exec, std::shared_ptr<cuda::DevicePool> pool, cudaStream_t stream)
+      : exec_(exec), pool_(std::move(pool)), stream_(stream) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
+  absl::Status Replay() override { return CudaStatus(cudaGraphLaunch(exec_, stream_), "graph launch"); }
+
+ private:
+  cudaGraphExec_t exec_;
+  std::shared_ptr<cuda::DevicePool> pool_;
+  cudaStream_t stream_;
+};
+
+// Pinned, device-mapped host memory, cached by rounded size like device blocks: pinning is slow
+// and freeing it synchronizes the device. Callers refill a block only after a synchronizing copy,
+// so no kernel still reads what they overwrite.
+class StagingPool : public std::enable_shared_from_this<StagingPool> {
+ public:
+  ~StagingPool() {
+    for (auto& [bytes, p] : free_) cudaFreeHost(p);
+  }
+  std::shared_ptr<void> Allocate(size_t bytes) {
+    const size_t rounded = cuda::RoundBlock(bytes);
+    void* p = nullptr;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = free_.find(rounded);
+      if (it != free_.end()) {
+        p = it->second;
+        free_.erase(it);
+      }
+    }
+    if (p == nullptr) {
+      Q38_CUDA_CHECK(cudaHostAlloc(&p, rounded, cudaHostAllocMapped));
+      void* device_view = nullptr;
+      Q38_CUDA_CHECK(cudaHostGetDevicePointer(&device_view, p, 0));
+      CHECK_EQ(device_view, p) << "staging memory needs unified addressing";
+    }
+    std::shared_ptr<StagingPool> self = shared_from_this();
+    return std::shared_ptr<void>(p, [self, rounded](void* q) {
+      std::lock_guard<std::mutex> l(self->mu_);
+      self->free_.emplace(rounded, q);
+    });
+  }
+
+ private:
+  std::mutex mu_;
+  std::multimap<size_t, void*> free_;
+};
+
+class CudaBackendImpl final : public CudaBackend {
+ public:
+  CudaBackendImpl(CudaDeviceInfo info, cudaStream_t stream) : info_(std::move(info)), stream_(stream) {}
+  ~CudaBackendImpl() override {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda"; }
+  DType act_dtype() const override { return DType::kF16; }
+  cudaStream_t stream() const override { return stream_; }
+  const CudaDeviceInfo& device() const override { return info_; }
+  size_t reserved_bytes() const override { return allocator_.reserved(); }
+  int64_t overflow_count() const override { return overflow_; }
+
+  Buffer Alloc(DType dtype, std::vector<int64_t> shape) override {
+    Tensor t{nullptr, dtype, std::move(shape)};
+    std::shared_ptr<void> storage = allocator_.Allocate(t.nbytes());
+    t.data = storage.get();
+    return Buffer(std::move(t), std::move(storage));
+  }
+  Buffer AllocStaging(DType dtype, std::vector<int64_t> shape) override {
+    Tensor t{nullptr, dtype, std::move(shape)};
+    std::shared_ptr<void> storage = staging_->Allocate(t.nbytes());
+    t.data = storage.get();
+    return Buffer(std::move(t), std::move(storage));
+  }
+  Buffer Upload(const std::vector<float>& host, std::vector<int64_t> shape) override {
+    std::vector<uint16_t> half(host.size());
+    for (size_t i = 0; i < host.size(); ++i) {
+      half[i] = FloatToFp16(host[i]);
+      if (std::isfinite(host[i]) && std::isinf(Fp16ToFloat(half[i]))) ++overflow_;
+    }
+    return UploadRaw(half.data(), DType::kF16, std::move(shape));
+  }
+  Buffer UploadF32(const std::vector<float>& host, std::vector<int64_t> shape) override {
+    return UploadRaw(host.data(), DType::kF32, std::move(shape));
+  }
+  Buffer UploadRaw(const void* host, DType dtype, std::vector<int64_t> shape) override {
+    Buffer b = Alloc(dtype, std::move(shape));
+    CopyFromHost(host, b.t());
+    return b;
+  }
+  void CopyToHost(const Tensor& src, void* host) override {
+    if (src.dtype != DType::kF16) {
+      Q38_CUDA_CHECK(cudaMemcpyAsync(host, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+      Q38_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      return;
+    }
+    std::vector<uint16_t> half(src.numel());
+    Q38_CUDA_CHECK(cudaMemcpyAsync(half.data(), src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    Q38_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    float* out = static_cast<float*>(host);
+    for (size_t i = 0; i < half.size(); ++i) out[i] = Fp16ToFloat(half[i]);
+  }
+  void CopyFromHost(const void* host, Tensor& dst) override {
+    Q38_CUDA_CHECK(cudaMemcpyAsync(dst.data, host, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+    // The host buffer may be reused as soon as this returns.
+    Q38_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void Copy(const Tensor& src, Tensor& dst) override {
+    CHECK_EQ(src.nbytes(), dst.nbytes());
+    Q38_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+  }
+  void Fill(Tensor& dst, float value) override {
+    if (dst.dtype == DType::kF32) {
+      cuda::FillFloat(F(dst), value, dst.numel(), stream_);
+    } else {
+      cuda::FillHalf(H(dst), value, dst.numel(), stream_);
+    }
+  }
+  void FillRandom(Tensor& dst, uint64_t seed, float spread) override {
+    const cuda::RandomKind kind = dst.dtype == DType::kF16   ? cuda::RandomKind::kHalf
+                                  : dst.dtype == DType::kF32 ? cuda::RandomKind::kFloat
+                                  : dst.dtype == DType::kU8  ? cuda::RandomKind::kByte
+                                                             : cuda::RandomKind::kScaleByte;
+    CHECK(kind != cuda::RandomKind::kScaleByte || dst.dtype == DType::kF8E4M3) << DTypeName(dst.dtype);
+    cuda::FillRandom(dst.data, kind, seed, spread, dst.numel(), stream_);
+  }
+  void WriteRows(const Tensor& src, Tensor& cache, const Tensor& positions) override {
+    CHECK(src.dtype == cache.dtype && src.row_size() == cache.row_size());
+    cuda::WriteRows(src.data, cache.data, I64(positions), src.dim(0), src.row_size() * DTypeSize(src.dtype), stream_);
+  }
+
+  void Linear(const Tensor& x, const Tensor& w, Tensor& y) override {
+    CHECK_EQ(x.dim(-1), w.dim(1));
+    cuda::Linear(H(x), H(w), H(y), Rows(x), w.dim(1), w.dim(0), stream_);
+  }
+  void Add(Tensor& x, const Tensor& y) override { cuda::Add(H(x), H(y), x.numel(), stream_); }
+  void SigmoidMul(Tensor& x, const Tensor& gate) override { cuda::SigmoidMul(H(x), H(gate), x.numel(), stream_); }
+  void SiluMul(const Tensor& gu, Tensor& y) override { cuda::SiluMul(H(gu), H(y), Rows(y), y.dim(-1), stream_); }
+
+  void RmsNorm(const Tensor& x, const Tensor& w, Tensor& y, int64_t group, bool zero_centred, float eps) override {
+    cuda::RmsNorm(H(x), H(w), H(y), Rows(x), x.dim(-1), group, w.numel(), eps, zero_centred, stream_);
+  }
+  void GatedRmsNorm(const Tensor& o, const Tensor& z, const Tensor& w, Tensor& y, bool sigmoid_gate,
+                    float eps) override {
+    cuda::GatedRmsNorm(H(o), H(z), H(w), H(y), Rows(o), o.dim(-1), w.numel(), eps, sigmoid_gate, stream_);
+  }
+
+  void Rope(Tensor& x, const Tensor& positions, int64_t rotary_dim, double theta) override {
+    cuda::Rope(H(x), I64(positions), x.dim(0), x.dim(1), x.dim(2), rotary_dim, theta, stream_);
+  }
+  void CausalConv(const Tensor& x, const Tensor& w, Tensor& state, Tensor& y, int64_t dilation) override {
+    CHECK_LE((w.dim(1) - 1) * dilation, cuda::kConvMaxHistory);
+    cuda::CausalConv(H(x), H(w), H(state), H(y), Rows(x), x.dim(-1), w.dim(1), dilation, stream_);
+  }
+
+  void GdnGates(const Tensor& b, const Tensor& a, const Tensor& a_log, const Tensor& dt_bias, Tensor& beta,
+                Tensor& g) override {
+    cuda::GdnGates(H(b), H(a), F(a_log), F(dt_bias), F(beta), F(g), Rows(b), b.dim(-1), stream_);
+  }
+  // The recurrent kernel holds the state on chip across the call's tokens, so prefill runs it
+  // too; `chunked` selects nothing here.
+  void GdnDeltaRule(const Tensor& qkv, const Tensor& beta, const Tensor& g, Tensor& state, Tensor& o,
+                    int64_t key_heads, int64_t key_dim, bool /*chunked*/) override {
+    cuda::GdnDeltaRule(H(qkv), F(beta), F(g), F(state), H(o), Rows(qkv), key_heads, state.dim(0), key_dim,
+                       state.dim(2), stream_);
+  }
+
+  void IndexerPoolBlocks(const Tensor& raw_keys, const Tensor& knorm_w, Tensor& pooled, const Tensor& positions,
+                         int64_t ratio, float eps, int64_t rotary_dim, double theta) override {
+    cuda::IndexerPoolBlocks(H(raw_keys), H(knorm_w), H(pooled), I64(positions), positions.numel(), raw_keys.dim(-1),
+                            ratio, eps, rotary_dim, theta, stream_);
+  }
+  void IndexerSelect(const Tensor& iq, const Tensor& pooled, const Tensor& positions, Tensor& sel,
+                     int64_t ratio) override {
+    const int64_t T = iq.dim(0), max_visible = pooled.dim(0);
+    Buffer scratch = Alloc(DType::kF32, {T, max_visible});
+    cuda::IndexerSelect(H(iq), H(pooled), I64(positions), I32(sel), F(scratch.t()), T, iq.dim(1), iq.dim(2), ratio,
+                        sel.dim(1), max_visible, stream_);
+  }
+  void SelectedAttention(const Tensor& q, const Tensor& kcache, const Tensor& vcache, const Tensor& sel,
+                         const Tensor& positions, Tensor& o, int64_t ratio) override {
+    const cuda::SelectedAttentionDims d{q.dim(1), kcache.dim(1), q.dim(2), ratio, sel.dim(1)};
+    const int64_t T = q.dim(0);
+    Buffer scratch = Alloc(DType::kF32, {std::max<int64_t>(cuda::AttentionScratchFloats(T, d), 1)});
+    cuda::SelectedAttention(H(q), H(kcache), H(vcache), I32(sel), I64(positions), H(o), F(scratch.t()), T, d,
+                            stream_);
+  }
+
+  void RouterTopK(const Tensor& logits, Tensor& idx, Tensor& w) override {
+    cuda::RouterTopK(H(logits), I32(idx), H(w), Rows(logits), logits.dim(-1), idx.dim(-1), stream_);
+  }
+  void RoutedExperts(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& e,
+                     Tensor& out) override {
+    const int64_t T = Rows(h), k = idx.dim(-1), H_ = h.dim(-1), I = e.intermediate;
+    cuda::ExpertProjection gu, dn;
+    if (e.nvfp4) {
+      const Nvfp4ExpertWeights& q = e.q;
+      gu = {q.gate_up_codes.t().as<uint8_t>(), q.gate_up_scales.t().as<uint8_t>(), F(q.gate_global.t()),
+            F(q.up_global.t()), I, nullptr, 2 * I, H_};
+      dn = {q.down_codes.t().as<uint8_t>(), q.down_scales.t().as<uint8_t>(), F(q.down_global.t()),
+            F(q.down_global.t()), H_, nullptr, H_, I};
+    } else {
+      gu.dense = H(e.dense.gate_up.t());
+      gu.N = 2 * I;
+      gu.K = H_;
+      dn.dense = H(e.dense.down.t());
+      dn.N = H_;
+      dn.K = I;
+    }
+    Buffer act = Alloc(DType::kF16, {T * k, I}), pair_out = Alloc(DType::kF32, {T * k, H_});
+    cuda::RoutedExperts(H(h), I32(idx), H(w), gu, dn, H(out), {H(act.t()), F(pair_out.t())}, T, k, stream_);
+  }
+  void AddSigmoidGated(Tensor& out, const Tensor& shared, const Tensor& gate_logit) override {
+    cuda::AddSigmoidGated(H(out), H(shared), H(gate_logit), gate_logit.dim(-1), Rows(out), out.dim(-1), stream_);
+  }
+
+  void EmbedStreams(const Tensor& table, const Tensor& ids, Tensor& X, int64_t streams) override {
+    cuda::EmbedStreams(H(table), I32(ids), H(X), ids.numel(), streams, table.dim(1), stream_);
+  }
+  void HcGates(const Tensor& di, Tensor& a, Tensor& g, int64_t streams, bool inject) override {
+    cuda::HcGates(H(di), H(a), inject ? H(g) : nullptr, Rows(di), a.dim(-1), streams, inject, stream_);
+  }
+  void HcCombine(const Tensor& m, const Tensor& xn, Tensor& h) override {
+    cuda::HcCombine(H(m), H(xn), H(h), Rows(h), m.dim(-1) / h.dim(-1), h.dim(-1), stream_);
+  }
+  void HcResidual(Tensor& X, const Tensor& g, const Tensor& y) override {
+    cuda::HcResidual(H(X), H(g), H(y), Rows(y), g.dim(-1), y.dim(-1), stream_);
+  }
+
+  void PleLoad(const Tensor& staged, float scale, Tensor& E) override {
+    cuda::PleLoad(staged.as<uint8_t>(), staged.dtype, scale, H(E), E.numel(), stream_);
+  }
+  void PleGate(const Tensor& kn, const Tensor& qn, const Tensor& v, Tensor& G) override {
+    cuda::PleGate(H(kn), H(qn), H(v), H(G), Rows(v), kn.dim(-1) / v.dim(-1), v.dim(-1), stream_);
+  }
+
+  absl::StatusOr<std::unique_ptr<StepGraph>> Capture(const std::function<absl::Status()>& body) override {
+    auto pool = std::make_shared<cuda::DevicePool>();
+    // Relaxed: the allocator may still call cudaMalloc while the step is being recorded.
+    RETURN_IF_ERROR(CudaStatus(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "begin capture"));
+    absl::Status recorded;
+    {
+      cuda::DeviceAllocator::Scope scope(allocator_, pool);
+      recorded = body();
+    }
+    cudaGraph_t graph = nullptr;
+    RETURN_IF_ERROR(CudaStatus(cudaStreamEndCapture(stream_, &graph), "end capture"));
+    RETURN_IF_ERROR(recorded);
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    RETURN_IF_ERROR(CudaStatus(e, "graph instantiate"));
+    return std::make_unique<CudaGraph>(exec, std::move(pool), stream_);
+  }
+
+  void BindToThread() override { Q38_CUDA_CHECK(cudaSetDevice(info_.ordinal)); }
+
+  absl::Status Synchronize() override { return CudaStatus(cudaStreamSynchronize(stream_), "synchronize"); }
+
+ private:
+  CudaDeviceInfo info_;
+  cudaStream_t stream_;
+  cuda::DeviceAllocator allocator_;
+  std::shared_ptr<StagingPool> staging_ = std::make_shared<StagingPool>();
+  int64_t overflow_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int ordinal) {
+  int count = 0;
+  RETURN_IF_ERROR(CudaStatus(cudaGetDeviceCount(&count), "cudaGetDeviceCount"));
+  if (ordinal < 0 || ordinal >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("GPU ", ordinal, " requested; this process sees ", count));
+  }
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"));
+  cudaDeviceProp prop{};
+  RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties"));
+  CudaDeviceInfo info;
+  info.ordinal = ordinal;
+  info.name = prop.name;
+  info.uuid = UuidString(prop.uuid);
+  char bus[32] = {};
+  cudaDeviceGetPCIBusId(bus, sizeof(bus), ordinal);
+  info.pci_bus_id = bus;
+  info.compute_capability = prop.major * 10 + prop.minor;
+  info.total_memory = prop.totalGlobalMem;
+  cudaRuntimeGetVersion(&info.runtime_version);
+  cudaDriverGetVersion(&info.driver_version);
+  cudaStream_t stream = nullptr;
+  RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"));
+  return std::unique_ptr<CudaBackend>(new CudaBackendImpl(std::move(info), stream));
+}
+
+}  // namespace q38

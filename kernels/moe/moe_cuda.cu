@@ -1,0 +1,230 @@
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/moe/moe_cuda.h"
+
+namespace q38::cuda {
+namespace {
+
+constexpr int kRouterThreads = 256;
+
+// One block per token: softmax over the experts in FP32, then k rounds of a block argmax (ties to
+// the lower id), weights renormalized over the chosen.
+__global__ void __launch_bounds__(kRouterThreads)
+    RouterKernel(const __half* __restrict__ logits, int32_t* __restrict__ idx, __half* __restrict__ w, int64_t E,
+                 int64_t k) {
+  extern __shared__ float p[];
+  __shared__ float best_v[kRouterThreads / kWarp];
+  __shared__ int best_i[kRouterThreads / kWarp];
+  __shared__ float chosen_p[64];
+  const int64_t t = blockIdx.x;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  float mx = -INFINITY;
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    p[e] = __half2float(logits[t * E + e]);
+    mx = fmaxf(mx, p[e]);
+  }
+  // Block max through the same shared slots the argmax uses.
+  mx = WarpMax(mx);
+  if (lane == 0) best_v[warp] = mx;
+  __syncthreads();
+  mx = -INFINITY;
+  for (int i = 0; i < kRouterThreads / kWarp; ++i) mx = fmaxf(mx, best_v[i]);
+  float sum = 0;
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) sum += (p[e] = expf(p[e] - mx));
+  sum = BlockSum(sum);
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) p[e] /= sum;
+  __syncthreads();
+  for (int64_t j = 0; j < k; ++j) {
+    float v = -1.0f;
+    int i = INT_MAX;
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+      if (p[e] > v) {  // ascending e: the first of equals is kept
+        v = p[e];
+        i = static_cast<int>(e);
+      }
+    }
+    for (int o = kWarp / 2; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+      if (ov > v || (ov == v && oi < i)) {
+        v = ov;
+        i = oi;
+      }
+    }
+    __syncthreads();
+    if (lane == 0) {
+      best_v[warp] = v;
+      best_i[warp] = i;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int q = 1; q < kRouterThreads / kWarp; ++q) {
+        if (best_v[q] > v || (best_v[q] == v && best_i[q] < i)) {
+          v = best_v[q];
+          i = best_i[q];
+        }
+      }
+      idx[t * k + j] = i;
+      chosen_p[j] = v;
+      p[i] = -2.0f;  // below every probability
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    float top = 0;
+    for (int64_t j = 0; j < k; ++j) top += chosen_p[j];
+    for (int64_t j = 0; j < k; ++j) w[t * k + j] = __float2half(chosen_p[j] / top);
+  }
+}
+
+// Eight consecutive weights of row n of expert e starting at column j (a multiple of 8), FP32.
+struct Nvfp4Rows {
+  const uint8_t* codes;
+  const uint8_t* scales;
+  const float* global_a;
+  const float* global_b;
+  int64_t split, N, K;
+  __device__ __forceinline__ void Load8(int64_t e, int64_t n, int64_t j, float* out) const {
+    const int64_t row = e * N + n;
+    const uint32_t c = *reinterpret_cast<const uint32_t*>(codes + row * (K / 2) + j / 2);
+    const float s = E4m3(scales[row * (K / 16) + j / 16]) * (n < split ? global_a[e] : global_b[e]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = E2m1(c >> (4 * i)) * s;
+  }
+};
+
+struct DenseRows {
+  const __half* w;
+  int64_t N, K;
+  __device__ __forceinline__ void Load8(int64_t e, int64_t n, int64_t j, float* out) const {
+    const uint4 v = *reinterpret_cast<const uint4*>(w + (e * N + n) * K + j);
+    const __half2* h = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(h[i]);
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+    }
+  }
+};
+
+// x (F16 row) · weights row n of expert e, reduced over the warp.
+template <typename Rows>
+__device__ __forceinline__ float RowDot(const Rows& rows, int64_t e, int64_t n, const __half* x, int lane) {
+  float acc = 0;
+  for (int64_t j = lane * 8; j < rows.K; j += kWarp * 8) {
+    float wv[8];
+    rows.Load8(e, n, j, wv);
+    const uint4 xv = *reinterpret_cast<const uint4*>(x + j);
+    const __half2* xh = reinterpret_cast<const __half2*>(&xv);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(xh[i]);
+      acc += wv[2 * i] * f.x + wv[2 * i + 1] * f.y;
+    }
+  }
+  return WarpSum(acc);
+}
+
+constexpr int kExpertThreads = 256;
+
+// Block (pair p = t·k + j on x, a run of rows on y): one warp per intermediate row i computes the gate row i and the
+// up row I + i of expert idx[p] and writes silu(gate)·up.
+template <typename Rows>
+__global__ void GateUpKernel(const __half* __restrict__ h, const int32_t* __restrict__ idx, Rows rows,
+                             __half* __restrict__ act, int64_t k, int64_t I) {
+  const int64_t pair = blockIdx.x, t = pair / k;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t i = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) / kWarp;
+  if (i >= I) return;
+  const int64_t e = idx[pair];
+  const __half* x = h + t * rows.K;
+  const float gate = RowDot(rows, e, i, x, lane), up = RowDot(rows, e, I + i, x, lane);
+  if (lane == 0) act[pair * I + i] = __float2half(Silu(gate) * up);
+}
+
+// Block (pair, rows): one warp per output row n of the down projection, in FP32.
+template <typename Rows>
+__global__ void DownKernel(const __half* __restrict__ act, const int32_t* __restrict__ idx, Rows rows,
+                           float* __restrict__ pair_out) {
+  const int64_t pair = blockIdx.x;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t n = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) / kWarp;
+  if (n >= rows.N) return;
+  const float y = RowDot(rows, idx[pair], n, act + pair * rows.K, lane);
+  if (lane == 0) pair_out[pair * rows.N + n] = y;
+}
+
+// out[t, n] = Σ_j w[t, j] · pair_out[t·k + j, n], in a fixed order.
+__global__ void CombineKernel(const float* __restrict__ pair_out, const __half* __restrict__ w,
+                              __half* __restrict__ out, int64_t T, int64_t k, int64_t H) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= T * H) return;
+  const int64_t t = i / H, n = i % H;
+  float acc = 0;
+  for (int64_t j = 0; j < k; ++j) acc += __half2float(w[t * k + j]) * pair_out[(t * k + j) * H + n];
+  out[i] = __float2half(acc);
+}
+
+template <typename Rows>
+void RunExperts(const __half* h, const int32_t* idx, const __half* w, const Rows& gate_up, const Rows& down,
+                __half* out, ExpertScratch s, int64_t T, int64_t k, cudaStream_t stream) {
+  const int64_t I = down.K, H = down.N, pairs = T * k;
+  constexpr int kRowsPerBlock = kExpertThreads / kWarp;
+  GateUpKernel<<<dim3(pairs, CeilDiv(I, kRowsPerBlock)), kExpertThreads, 0, stream>>>(h, idx, gate_up, s.act, k, I);
+  Q38_CUDA_LAUNCHED();
+  DownKernel<<<dim3(pairs, CeilDiv(H, kRowsPerBlock)), kExpertThreads, 0, stream>>>(s.act, idx, down, s.pair_out);
+  Q38_CUDA_LAUNCHED();
+  CombineKernel<<<CeilDiv(T * H, 256), 256, 0, stream>>>(s.pair_out, w, out, T, k, H);
+  Q38_CUDA_LAUNCHED();
+}
+
+__global__ void SiluMulKernel(const __half* __restrict__ gu, __half* __restrict__ y, int64_t T, int64_t I) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= T * I) return;
+  const int64_t t = i / I, c = i % I;
+  y[i] = __float2half(Silu(__half2float(gu[t * 2 * I + c])) * __half2float(gu[t * 2 * I + I + c]));
+}
+
+__global__ void AddSigmoidGatedKernel(__half* out, const __half* __restrict__ shared, const __half* __restrict__ gate,
+                                      int64_t stride, int64_t T, int64_t H) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= T * H) return;
+  const float s = Sigmoid(__half2float(gate[(i / H) * stride]));
+  out[i] = __float2half(__half2float(out[i]) + s * __half2float(shared[i]));
+}
+
+}  // namespace
+
+void RouterTopK(const __half* logits, int32_t* idx, __half* w, int64_t T, int64_t E, int64_t k, cudaStream_t stream) {
+  CHECK_LE(k, 64);
+  RouterKernel<<<T, kRouterThreads, E * sizeof(float), stream>>>(logits, idx, w, E, k);
+  Q38_CUDA_LAUNCHED();
+}
+
+void RoutedExperts(const __half* h, const int32_t* idx, const __half* w, const ExpertProjection& gate_up,
+                   const ExpertProjection& down, __half* out, ExpertScratch scratch, int64_t T, int64_t k,
+                   cudaStream_t stream) {
+  CHECK(gate_up.K % 16 == 0 && down.K % 16 == 0) << "expert K must be a multiple of 16";
+  if (gate_up.dense != nullptr) {
+    RunExperts(h, idx, w, DenseRows{gate_up.dense, gate_up.N, gate_up.K}, DenseRows{down.dense, down.N, down.K}, out,
+               scratch, T, k, stream);
+  } else {
+    const Nvfp4Rows gu{gate_up.codes, gate_up.scales, gate_up.global_a, gate_up.global_b, gate_up.split, gate_up.N, gate_up.K};
+    const Nvfp4Rows dn{down.codes, down.scales, down.global_a, down.global_b, down.split, down.N, down.K};
+    RunExperts(h, idx, w, gu, dn, out, scratch, T, k, stream);
+  }
+}
+
+void SiluMul(const __half* gu, __half* y, int64_t T, int64_t I, cudaStream_t stream) {
+  SiluMulKernel<<<CeilDiv(T * I, 256), 256, 0, stream>>>(gu, y, T, I);
+  Q38_CUDA_LAUNCHED();
+}
+
+void AddSigmoidGated(__half* out, const __half* shared, const __half* gate_logit, int64_t gate_stride, int64_t T,
+                     int64_t H, cudaStream_t stream) {
+  AddSigmoidGatedKernel<<<CeilDiv(T * H, 256), 256, 0, stream>>>(out, shared, gate_logit, gate_stride, T, H);
+  Q38_CUDA_LAUNCHED();
+}
+
+}  // namespace q38::cuda

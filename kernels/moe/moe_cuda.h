@@ -1,0 +1,43 @@
+// Mixture of experts on the GPU (MODEL.md §9), as kernels/moe/moe.h: the router's softmax
+// top-k, the routed SwiGLU experts with NVFP4 weights dequantized inside the kernel (W4A16) or
+// dense FP16 weights, and the gated shared expert's helpers.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace q38::cuda {
+
+void RouterTopK(const __half* logits, int32_t* idx, __half* w, int64_t T, int64_t E, int64_t k, cudaStream_t stream);
+
+// One projection of every expert: NVFP4 (codes, scales, globals split at row `split`) or dense
+// FP16 (`dense` non-null), [E, N, K].
+struct ExpertProjection {
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  const float* global_a = nullptr;
+  const float* global_b = nullptr;
+  int64_t split = 0;
+  const __half* dense = nullptr;
+  int64_t N = 0, K = 0;
+};
+
+// Scratch: act [T·k, I] F16 and per-pair outputs [T·k, H] F32.
+struct ExpertScratch {
+  __half* act;
+  float* pair_out;
+};
+
+// out [T, H] = Σ_j w[t,j] · down_e(silu(gate_e(h)) ⊙ up_e(h)), e = idx[t,j]; K of gate_up and
+// of down must be multiples of 16.
+void RoutedExperts(const __half* h, const int32_t* idx, const __half* w, const ExpertProjection& gate_up,
+                   const ExpertProjection& down, __half* out, ExpertScratch scratch, int64_t T, int64_t k,
+                   cudaStream_t stream);
+
+void SiluMul(const __half* gu, __half* y, int64_t T, int64_t I, cudaStream_t stream);
+void AddSigmoidGated(__half* out, const __half* shared, const __half* gate_logit, int64_t gate_stride, int64_t T,
+                     int64_t H, cudaStream_t stream);
+
+}  // namespace q38::cuda

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Packs what scripts/gpu-run.sh runs on a GPU machine: the tools, the GPU test binaries and every
+# shared library they load, into DIR/bin and DIR/lib (LD_LIBRARY_PATH=DIR/lib). Unlike a release
+# bundle (scripts/pack-binaries.sh, `q38 bundle create`) it leaves out NCCL as well as the C
+# library and the driver: the GPU machines provide NCCL, and at 218 MB it would not fit the few
+# tens of MB a test run can carry there.
+# Usage: scripts/pack-gpu-run.sh DIR [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$1
+build=${2:-build}
+tools=(server/q38-server worker/q38-worker client/q38 worker/model/q38-bench-model worker/model/q38-make-checkpoint worker/model/q38-run
+       worker/model/model_cuda_test tests/gpu_server_test tests/parity_test)
+for t in cuda_backend linear_cuda norm_cuda rope_cuda conv_cuda gdn_cuda attention_cuda moe_cuda hc_cuda ple_cuda; do
+  tools+=("kernels/${t}_test")
+done
+rm -rf "$out" && mkdir -p "$out/bin" "$out/lib"
+for t in "${tools[@]}"; do
+  cp "$build/$t" "$out/bin/"
+  ldd "$build/$t" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|ld-linux*) ;;
+      libcuda.so.*|libnvidia-*|libnccl.so.*) ;;
+      *) cp -n "$lib" "$out/lib/" ;;
+    esac
+  done
+done
+git rev-parse HEAD > "$out/COMMIT" 2>/dev/null || true
+git diff --quiet HEAD 2>/dev/null || echo "(with uncommitted changes)" >> "$out/COMMIT"
+strip --strip-unneeded "$out"/bin/* 2>/dev/null; strip --strip-debug "$out"/lib/*  # debug info is most of the size
+du -sh "$out"

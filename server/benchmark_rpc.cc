@@ -1,0 +1,117 @@
+// Q38.Benchmark: the contract benchmark (server/benchmark.h) bound to the scheduler. The contract
+// is checked against the served manifest first and the call fails closed naming every differing
+// field; then the benchmark holds the scheduler (ordinary requests wait) and streams the whole
+// report after every step.
+#include "absl/strings/str_cat.h"
+#include "proto/proto_json.h"
+#include "server/benchmark.h"
+#include "server/contract.h"
+#include "server/service.h"
+
+namespace q38 {
+namespace {
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+std::vector<BenchmarkCaseGauges> CaseGauges(const nlohmann::json& report) {
+  std::vector<BenchmarkCaseGauges> out;
+  for (const nlohmann::json& c : report["cases"]) {
+    if (!c.contains("summary")) continue;  // the case did not finish
+    const nlohmann::json& s = c["summary"];
+    out.push_back({c["name"], s["decode_tps"]["mean"], s["prefill_tps"]["mean"], s["tpot_ms"]["mean"].get<double>() / 1e3,
+                   s["ttft_s"]["mean"]});
+  }
+  return out;
+}
+
+}  // namespace
+
+void Q38Service::RunToCompletion(grpc::ServerContext* ctx, const std::shared_ptr<Job>& job) {
+  std::unique_lock<std::mutex> l(job->mu);
+  while (!job->cv.wait_for(l, std::chrono::milliseconds(20), [&] { return job->done; })) {
+    if (ctx->IsCancelled()) {
+      l.unlock();
+      scheduler_.Cancel(job, "client");
+      l.lock();
+    }
+  }
+}
+
+grpc::Status Q38Service::Benchmark(grpc::ServerContext* ctx, const v1::BenchmarkRequest* req,
+                                   grpc::ServerWriter<v1::BenchmarkProgress>* writer) {
+  absl::StatusOr<Contract> contract = ParseContract(req->contract_json());
+  if (!contract.ok()) return ToGrpc(absl::InvalidArgumentError(absl::StrCat("contract_json: ", contract.status().message())));
+  if (absl::Status s = CheckContract(*contract, manifest()); !s.ok()) return ToGrpc(s);
+  if (req->repeats() < 0) return ToGrpc(absl::InvalidArgumentError("repeats: must not be negative"));
+  BenchmarkPlan plan;
+  plan.contract = *contract;
+  plan.contract_json = nlohmann::json::parse(req->contract_json());
+  plan.repeats = req->repeats() == 0 ? contract->benchmark.repeats : req->repeats();
+  if (!req->reference_json().empty()) {
+    plan.reference = nlohmann::json::parse(req->reference_json(), nullptr, /*allow_exceptions=*/false);
+    if (plan.reference->is_discarded()) return ToGrpc(absl::InvalidArgumentError("reference_json: not valid JSON"));
+  }
+  plan.tokenizer = info_.tokenizer;
+  plan.generation = info_.generation;
+  plan.build = info_.build;
+  plan.manifest = ProtoJson(manifest());
+
+  auto run = [&](const BenchRequest& r) -> absl::StatusOr<BenchResult> {
+    if (ctx->IsCancelled()) return absl::CancelledError("the client went away");
+    if (absl::Status s = ValidatePrompt(r.prompt, r.max_tokens, info_.limits); !s.ok()) return s;
+    auto job = std::make_shared<Job>();
+    job->id = next_id_++;
+    job->benchmark = true;
+    job->prompt = r.prompt;
+    job->sampling.set_temperature(r.temperature);
+    job->sampling.set_top_p(r.top_p);
+    job->sampling.set_top_k(r.top_k);
+    job->sampling.set_seed(r.seed);
+    job->max_tokens = r.max_tokens;
+    job->eos_ids.insert(info_.eos_ids.begin(), info_.eos_ids.end());
+    if (!r.ignore_eos) job->stop_ids = job->eos_ids;
+    job->received = Clock::now();
+    if (absl::Status s = scheduler_.Submit(job); !s.ok()) return s;
+    RunToCompletion(ctx, job);
+    std::lock_guard<std::mutex> l(job->mu);
+    if (job->finish_reason == "error") return job->error;
+    if (job->finish_reason == "cancelled") return absl::CancelledError(absl::StrCat("cancelled by ", job->cancel_by));
+    BenchResult out;
+    out.tokens.assign(job->tokens.begin(), job->tokens.end());
+    out.finish_reason = job->finish_reason;
+    out.queued_s = Seconds(job->received, job->scheduled);
+    if (job->generated > 0) {
+      out.prefill_s = Seconds(job->scheduled, job->first_token);
+      out.decode_s = Seconds(job->first_token, job->last_token);
+      out.e2e_s = Seconds(job->received, job->last_token);
+    }
+    return out;
+  };
+  auto refresh = [&]() -> absl::StatusOr<nlohmann::json> {
+    absl::StatusOr<v1::Manifest> m = info_.refresh_manifest();
+    if (!m.ok()) return m.status();
+    if (absl::Status s = CheckContract(*contract, *m); !s.ok()) return s;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      info_.manifest = *m;
+    }
+    return ProtoJson(*m);
+  };
+  auto on_step = [&](const std::string& step, const nlohmann::json& report) {
+    v1::BenchmarkProgress p;
+    p.set_step(step);
+    p.set_report_json(report.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    p.set_done(step == "done");
+    writer->Write(p);
+  };
+  class Benchmark bench(std::move(plan), run, refresh, on_step);
+  if (absl::Status s = bench.Validate(); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = scheduler_.BeginBenchmark(); !s.ok()) return ToGrpc(s);
+  metrics_.SetContract(contract->name, contract->sha256);
+  const absl::Status status = bench.Run();
+  scheduler_.EndBenchmark();
+  metrics_.SetLastBenchmark(CaseGauges(bench.report()), status.ok(), bench.report()["ended_unix"].get<double>());
+  return ToGrpc(status);
+}
+
+}  // namespace q38

@@ -1,0 +1,138 @@
+// The server end to end on GPUs: real q38-server and q38-worker processes with --device cuda at
+// TP1 and TP2 (NCCL), generating the same tokens as the in-process runner on the same GPUs, a
+// dead rank failing the request, and a graceful stop that gives the GPU memory back. Skipped
+// where no GPU (or, for TP2, no second GPU) is visible.
+#include <cuda_runtime.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "tests/e2e/server_harness.h"
+#include "worker/model/greedy.h"
+#include "worker/model/local_group.h"
+
+namespace q38::e2e {
+namespace {
+
+const std::vector<int32_t> kPrompt = {1000, 17, 99, 512, 3, 77, 250, 901, 42, 7, 640, 11, 5, 300, 21, 88, 123, 456};
+
+int Gpus() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+// Output lines of a command.
+std::vector<std::string> Lines(const std::string& cmd) {
+  std::vector<std::string> out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char line[512];
+  while (fgets(line, sizeof(line), p) != nullptr) out.emplace_back(line);
+  pclose(p);
+  return out;
+}
+
+// Device memory in use on GPU g, MiB, as the driver reports it (whatever process holds it).
+int64_t UsedMib(int g) {
+  const auto lines = Lines("nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i " + std::to_string(g));
+  int64_t v = -1;
+  if (lines.empty() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(lines[0]), &v)) return -1;
+  return v;
+}
+
+// PIDs the driver lists as holding GPU memory (empty inside a PID namespace that hides them).
+std::vector<pid_t> GpuPids() {
+  std::vector<pid_t> pids;
+  for (const std::string& l : Lines("nvidia-smi --query-compute-apps=pid --format=csv,noheader")) {
+    int p;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(l), &p)) pids.push_back(p);
+  }
+  return pids;
+}
+
+std::vector<int32_t> RunnerGreedyOnGpus(int n, int tp) {
+  const ModelConfig config = *LoadModelConfig(TinyCheckpoint());
+  auto store = *TensorStore::Open(TinyCheckpoint());
+  std::vector<int32_t> tokens;
+  LocalGroupOptions o{.device = "cuda", .model = {.decode_graph = true}};
+  absl::Status s = RunLocalGroup(config, *store, tp, [&](Model& m) -> absl::Status {
+    SequenceState st = m.NewSequence(static_cast<int64_t>(kPrompt.size()) + n);
+    auto r = GenerateGreedy(m, st, kPrompt, n, 8192);
+    if (!r.ok()) return r.status();
+    if (m.comm().rank() == 0) tokens = r->tokens;
+    return absl::OkStatus();
+  }, o);
+  EXPECT_TRUE(s.ok()) << s;
+  return tokens;
+}
+
+class GpuServer : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuServer, GeneratesTheRunnersTokensAndGivesTheGpusBack) {
+  const int tp = GetParam();
+  if (Gpus() < tp) GTEST_SKIP() << "needs " << tp << " GPUs";
+  std::vector<int64_t> before(tp);
+  for (int g = 0; g < tp; ++g) before[g] = UsedMib(g);
+  std::vector<int32_t> served;
+  std::vector<pid_t> workers;
+  {
+    Server s({.tp = tp, .comm_timeout_ms = 10000, .extra_flags = {"--device=cuda"}});
+    ASSERT_TRUE(s.ready());
+    workers = s.WorkerPids();
+    ASSERT_EQ(static_cast<int>(workers.size()), tp);
+    v1::GenerateRequest req = TokensRequest(kPrompt, 48);
+    req.set_ignore_eos(true);
+    Streamed out = Generate(s.api(), req);
+    ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+    served = out.tokens;
+    for (int g = 0; g < tp; ++g) EXPECT_GT(UsedMib(g), before[g]) << "GPU " << g << " shows no worker memory";
+    EXPECT_EQ(s.SignalAndWait(SIGTERM), 0);
+  }
+  EXPECT_TRUE(AllGone(workers, 5000));
+  for (pid_t p : GpuPids()) {
+    for (pid_t w : workers) EXPECT_NE(p, w) << "worker " << w << " still holds GPU memory";
+  }
+  // The driver frees a context's memory as its process goes; allow for other tenants' noise.
+  for (int g = 0; g < tp; ++g) {
+    int64_t after = UsedMib(g);
+    for (int i = 0; i < 50 && after > before[g] + 64; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      after = UsedMib(g);
+    }
+    EXPECT_LE(after, before[g] + 64) << "GPU " << g << ": " << before[g] << " MiB before, " << after << " after";
+  }
+  EXPECT_EQ(served, RunnerGreedyOnGpus(48, tp));
+}
+
+INSTANTIATE_TEST_SUITE_P(Tp, GpuServer, ::testing::Values(1, 2));
+
+TEST(GpuServerFailure, DeadRankFailsTheRequestAndTheRestLetGo) {
+  if (Gpus() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  Server s({.tp = 2, .comm_timeout_ms = 3000, .extra_flags = {"--device=cuda"}});
+  ASSERT_TRUE(s.ready());
+  const auto workers = s.WorkerPids();
+  ASSERT_EQ(workers.size(), 2u);
+  v1::GenerateRequest req = TokensRequest(kPrompt, 4000);
+  req.set_ignore_eos(true);
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    kill(workers[1], SIGKILL);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  Streamed out = Generate(s.api(), req);
+  killer.join();
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::UNAVAILABLE) << out.status.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+  EXPECT_EQ(s.SignalAndWait(0), 4);  // policy exit
+  EXPECT_TRUE(AllGone(workers, 5000));
+}
+
+}  // namespace
+}  // namespace q38::e2e

@@ -1,0 +1,106 @@
+#include "worker/manifest.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/sha256.h"
+#include "common/status.h"
+#include "nlohmann/json.hpp"
+
+namespace q38 {
+namespace {
+
+// "model name" of the first processor in /proc/cpuinfo; empty when absent (not every arch has it).
+std::string CpuModel() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "";
+}
+
+}  // namespace
+
+BackendManifest CpuBackendManifest(const Backend& backend) {
+  BackendManifest m;
+  m.device.kind = "cpu";
+  m.device.name = CpuModel();
+  m.device.memory_bytes = int64_t{sysconf(_SC_PHYS_PAGES)} * sysconf(_SC_PAGESIZE);
+  const std::string f32(DTypeName(DType::kF32));
+  m.dtypes = {std::string(DTypeName(backend.act_dtype())), f32, f32, f32};  // DESIGN.md §4, CPU column
+  m.routes = {absl::StrCat(backend.name(), "_reference")};
+  return m;
+}
+
+absl::StatusOr<ModelIdentity> IdentifyModel(const std::string& dir, const ModelConfig& config, const TensorStore& store,
+                                            bool experts_nvfp4) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(dir + "/config.json"));
+  ModelIdentity m;
+  m.model_type = config.model_type;
+  m.experts = experts_nvfp4 ? "nvfp4" : "bf16";
+  m.synthetic = nlohmann::json::parse(text, nullptr, false).contains("q38_synthetic");
+  for (const auto& f : store.files()) text += f->header();
+  m.fingerprint = Sha256Hex(text);
+  return m;
+}
+
+absl::Status GatherProcess(WorkerManifest& m) {
+  m.pid = getpid();
+  std::error_code ec;
+  m.executable = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  ASSIGN_OR_RETURN(m.build_id, Sha256File("/proc/self/exe"));
+  ASSIGN_OR_RETURN(m.mapped_objects, MappedSharedObjects());
+  return absl::OkStatus();
+}
+
+v1::WorkerManifest ToProto(const WorkerManifest& m) {
+  v1::WorkerManifest p;
+  p.set_rank(m.rank);
+  p.set_pid(m.pid);
+  p.set_world(m.world);
+  p.set_executable(m.executable);
+  p.set_build_id(m.build_id);
+  const DeviceIdentity& d = m.backend.device;
+  v1::DeviceIdentity* pd = p.mutable_device();
+  pd->set_kind(d.kind);
+  pd->set_name(d.name);
+  pd->set_uuid(d.uuid);
+  pd->set_pci_bus_id(d.pci_bus_id);
+  pd->set_compute_capability(d.compute_capability);
+  pd->set_memory_bytes(d.memory_bytes);
+  const EffectiveDtypes& t = m.backend.dtypes;
+  p.mutable_dtypes()->set_activation(t.activation);
+  p.mutable_dtypes()->set_kv_cache(t.kv_cache);
+  p.mutable_dtypes()->set_gdn_state(t.gdn_state);
+  p.mutable_dtypes()->set_conv_state(t.conv_state);
+  for (const std::string& r : m.backend.routes) p.add_routes(r);
+  for (const std::string& r : m.backend.approximate_routes) p.add_approximate_routes(r);
+  p.set_graph_mode(m.backend.graph_mode);
+  p.set_max_context(m.max_context);
+  p.set_prefill_chunk(m.prefill_chunk);
+  p.set_max_num_seqs(m.max_num_seqs);
+  p.set_mtp(m.mtp);
+  p.set_prefix_cache(m.prefix_cache);
+  p.set_communicator(m.communicator);
+  p.mutable_model()->set_model_type(m.model.model_type);
+  p.mutable_model()->set_experts(m.model.experts);
+  p.mutable_model()->set_fingerprint(m.model.fingerprint);
+  p.mutable_model()->set_synthetic(m.model.synthetic);
+  SetMappedObjects(m.mapped_objects, p);
+  return p;
+}
+
+void SetMappedObjects(const std::vector<MappedObject>& objects, v1::WorkerManifest& proto) {
+  proto.clear_mapped_objects();
+  for (const MappedObject& o : objects) {
+    v1::MappedObject* po = proto.add_mapped_objects();
+    po->set_path(o.path);
+    po->set_sha256(o.sha256);
+  }
+}
+
+}  // namespace q38

@@ -1,0 +1,26 @@
+#include "worker/model/group_flags.h"
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+
+ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
+ABSL_FLAG(std::string, gpus, "", "with --device cuda: comma-separated GPU per rank (default: rank r on GPU r)");
+ABSL_FLAG(bool, decode_graph, true, "replay each decode step as a recorded graph (CUDA graphs on GPUs)");
+
+namespace q38 {
+
+absl::StatusOr<LocalGroupOptions> LocalGroupOptionsFromFlags() {
+  LocalGroupOptions o;
+  o.device = absl::GetFlag(FLAGS_device);
+  if (o.device != "cpu" && o.device != "cuda") return absl::InvalidArgumentError("--device: expected cpu or cuda");
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_gpus), ',', absl::SkipWhitespace())) {
+    int g;
+    if (!absl::SimpleAtoi(part, &g) || g < 0) return absl::InvalidArgumentError("--gpus: not a GPU index: " + std::string(part));
+    o.gpus.push_back(g);
+  }
+  o.model.decode_graph = absl::GetFlag(FLAGS_decode_graph);
+  return o;
+}
+
+}  // namespace q38

@@ -1,0 +1,37 @@
+// What one rank runs on: its backend and the communicator that joins it to the other ranks.
+// CPU ranks use the CPU backend with Gloo over TCP; CUDA ranks use one GPU each with NCCL.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "worker/comm/communicator.h"
+#include "worker/manifest.h"
+
+namespace q38 {
+
+struct RankDeviceOptions {
+  int rank = 0;
+  int world = 1;
+  std::string device = "cpu";  // cpu | cuda
+  int gpu = 0;                 // with cuda: the GPU ordinal this rank uses
+  std::string rendezvous;      // directory of the communicators' file store
+  std::string group = "q38";
+  int timeout_ms = 10000;
+};
+
+struct RankDevice {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Communicator> comm;
+  std::string description;  // "cpu", or "cuda:<ordinal> <name> <uuid>"
+  BackendManifest manifest;  // device identity, dtypes and routes (graph mode is the model's)
+};
+
+absl::StatusOr<RankDevice> OpenRankDevice(const RankDeviceOptions& options);
+
+// The CUDA half, in rank_device_cuda.cc, or an error where the build has no CUDA backend.
+absl::StatusOr<RankDevice> OpenCudaRank(const RankDeviceOptions& options);
+
+}  // namespace q38

@@ -1,0 +1,31 @@
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "worker/comm/nccl.h"
+#include "worker/rank_device.h"
+
+namespace q38 {
+
+absl::StatusOr<RankDevice> OpenCudaRank(const RankDeviceOptions& o) {
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create(o.gpu));
+  RankDevice d;
+  d.comm = MakeSoloCommunicator();
+  if (o.world > 1) {
+    ASSIGN_OR_RETURN(d.comm, ConnectNccl({.rank = o.rank, .size = o.world, .store_dir = o.rendezvous,
+                                          .prefix = o.group, .timeout_ms = o.timeout_ms, .stream = backend->stream()}));
+  }
+  const CudaDeviceInfo& info = backend->device();
+  d.description = absl::StrCat("cuda:", info.ordinal, " ", info.name, " ", info.uuid);
+  BackendManifest& m = d.manifest;
+  m.device = {"cuda", info.name, info.uuid, info.pci_bus_id,
+              absl::StrCat(info.compute_capability / 10, ".", info.compute_capability % 10),
+              static_cast<int64_t>(info.total_memory)};
+  m.dtypes = {"F16", "F16", "F32", "F16"};  // DESIGN.md §4, GPU column
+  // The routes docs/cuda.md describes; every op has one generic kernel or a row-count split.
+  m.routes = {"linear:gemv(T<=8)|wmma_gemm", "experts:nvfp4_w4a16_pair_gemv", "attention:qsa_split_context",
+              "gdn:recurrent_state_in_registers", "indexer:radix_topk", "ple:staged_host_rows"};
+  d.backend = std::move(backend);
+  return d;
+}
+
+}  // namespace q38
