@@ -72,7 +72,7 @@ def check(model, ids):
 
     handles = [m.register_forward_hook(hook, with_kwargs=True) for m in layers]
     with torch.no_grad():
-        model(input_ids=ids)
+        model(input_ids=ids, use_cache=False)
     for h in handles:
         h.remove()
     for mod, args, kwargs, out in captured:

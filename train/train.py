@@ -11,6 +11,7 @@ short timed warm-up and kept in the state, so the LR schedule is the same across
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -30,8 +31,10 @@ from transformers.models.qwen4_exp.modeling_qwen4_exp import Qwen4ExpForCausalLM
 EVAL_KINDS = ("arithmetic", "copy", "retrieval")
 
 
-def build_model(seed, device):
+def build_model(seed, device, init=None):
     torch.manual_seed(seed)
+    if init:  # continue from an earlier run's BF16 export (a new optimizer and LR schedule)
+        return Qwen4ExpForCausalLM.from_pretrained(init, dtype=torch.float32, attn_implementation="sdpa").to(device)
     text = {k: v for k, v in model_config.text_config().items() if k != "model_type"}
     cfg = Qwen4ExpTextConfig(**text)
     model = Qwen4ExpForCausalLM._from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
@@ -61,7 +64,7 @@ def evaluate(model, sets, device, autocast, batch):
             for r, (p, a) in enumerate(chunk):
                 ids[r, :len(p) + len(a)] = torch.tensor(p + a)
             with autocast():
-                logits = model(input_ids=ids.to(device)).logits
+                logits = model(input_ids=ids.to(device), use_cache=False).logits
             pred = logits.argmax(-1).cpu()
             for r, (p, a) in enumerate(chunk):
                 right += int(torch.equal(pred[r, len(p) - 1:len(p) + len(a) - 1], torch.tensor(a)))
@@ -99,6 +102,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=60)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--init", default="", help="start from the weights of an earlier run's bf16/ export")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--workers", type=int, default=8, help="data processes")
@@ -106,6 +110,7 @@ def main():
     ap.add_argument("--eval_n", type=int, default=128, help="held-out examples per kind")
     ap.add_argument("--ckpt_minutes", type=float, default=1.5)
     ap.add_argument("--check_indexer", action="store_true", help="compare the batched QSA indexer with HF's first")
+    ap.add_argument("--profile", action="store_true", help="print the torch profiler's top ops for step 6")
     args = ap.parse_args()
 
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
@@ -120,12 +125,13 @@ def main():
     def autocast():
         return torch.autocast("cuda", dtype=torch.bfloat16) if cuda else torch.autocast("cpu", enabled=False)
 
-    model = build_model(args.seed, device)
+    model = build_model(args.seed, device, args.init)
     qsa_vectorized.install()
     if args.check_indexer:
-        # Longer than the budget + 3, so the check covers sparse selection, not only dense masks.
+        # At the training length, the regime training runs in (dense up to budget + 3 tokens). Past
+        # it, relu'd block scores of a fresh model tie at 0 and the two top-k break ties differently.
         g = torch.Generator().manual_seed(args.seed)
-        ids = torch.randint(0, model_config.EOS, (2, model.config.indexer_budget + 64), generator=g).to(device)
+        ids = torch.randint(0, model_config.EOS, (2, args.seq), generator=g).to(device)
         print(f"batched QSA indexer matches transformers' on {qsa_vectorized.check(model, ids)} layer calls", flush=True)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "ngram_embedding" not in n]
     other = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "ngram_embedding" not in n)]
@@ -146,17 +152,29 @@ def main():
     t_last_ckpt = t_start
     timed_from = None
     while total == 0 or step < total:
+        t_data = time.time()
         ids, labels = next(stream)
         ids, labels = torch.from_numpy(ids).to(device), torch.from_numpy(labels).to(device)
+        t_compute = time.time()
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total or 10**9, args.lr, args.warmup)
-        with autocast():
-            out = model(input_ids=ids, labels=labels)
-        out.loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        profiler = torch.profiler.profile() if args.profile and step == 5 else contextlib.nullcontext()
+        with profiler:
+            with autocast():
+                out = model(input_ids=ids, labels=labels, use_cache=False)
+            out.loss.backward()
+            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         step += 1
+        if step <= 13:  # where the first steps' time goes: waiting for data or computing
+            if cuda:
+                torch.cuda.synchronize()
+            print(f"step {step}: data {1000 * (t_compute - t_data):.0f} ms, compute {1000 * (time.time() - t_compute):.0f} ms",
+                  flush=True)
+        if isinstance(profiler, torch.profiler.profile):
+            sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+            print(profiler.key_averages().table(sort_by=sort, row_limit=25), flush=True)
         rows += args.batch
         if step == 3:  # the first steps include allocation and warm-up
             if cuda:
