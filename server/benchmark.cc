@@ -156,7 +156,9 @@ absl::StatusOr<std::vector<int32_t>> Benchmark::ChatPrompt(const std::string& us
 
 absl::Status Benchmark::RunHealth(const std::string& name, const std::vector<int32_t>& ids, const std::string& pattern) {
   const GenerationConfig& g = plan_.generation;
-  ASSIGN_OR_RETURN(BenchResult r, Request({.name = "health " + name, .prompt = ids, .temperature = static_cast<float>(g.temperature),
+  // As in transformers: without do_sample the checkpoint asks for greedy decoding, whatever its temperature.
+  const float temperature = g.do_sample ? static_cast<float>(g.temperature) : 0.0f;
+  ASSIGN_OR_RETURN(BenchResult r, Request({.name = "health " + name, .prompt = ids, .temperature = temperature,
                                            .top_p = static_cast<float>(g.top_p), .top_k = g.top_k, .seed = 0,
                                            .max_tokens = plan_.contract.benchmark.max_tokens, .ignore_eos = false}));
   json result = RunJson(r, static_cast<int64_t>(ids.size()));

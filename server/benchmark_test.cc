@@ -54,9 +54,10 @@ struct Harness {
   int refreshed = 0;
   std::unique_ptr<Benchmark> bench;
 
-  explicit Harness(const Contract& c, int repeats = 2, std::optional<json> reference = std::nullopt) {
+  explicit Harness(const Contract& c, int repeats = 2, std::optional<json> reference = std::nullopt, bool do_sample = true) {
     BenchmarkPlan plan{.contract = c, .contract_json = {{"name", c.name}}, .repeats = repeats, .reference = std::move(reference),
-                       .tokenizer = &Qwen3(), .generation = {.temperature = 1.0, .top_p = 0.95, .top_k = 20},
+                       .tokenizer = &Qwen3(),
+                       .generation = {.temperature = 1.0, .top_p = 0.95, .top_k = 20, .do_sample = do_sample},
                        .build = nullptr, .manifest = {{"tp", 4}}};
     bench = std::make_unique<Benchmark>(
         std::move(plan), [this](const BenchRequest& r) { return group(r); },
@@ -177,6 +178,13 @@ TEST(Benchmark, HealthChecksUseTheCheckpointSamplingAndNaturalEos) {
   EXPECT_TRUE(health[0]["passed"].get<bool>());
   EXPECT_TRUE(health[1]["passed"].get<bool>());
   EXPECT_EQ(h.steps[1], "health arithmetic");
+}
+
+TEST(Benchmark, HealthChecksAreGreedyWhenTheCheckpointDoesNotSample) {
+  Harness h(WithHealth(), 2, std::nullopt, /*do_sample=*/false);
+  ASSERT_TRUE(h.bench->Run().ok()) << h.bench->report()["error"];
+  EXPECT_FLOAT_EQ(h.group.seen[0].temperature, 0.0f);
+  EXPECT_FLOAT_EQ(h.group.seen[1].temperature, 0.0f);
 }
 
 TEST(Benchmark, AHealthCheckFailsWithoutNaturalEosOrWithTheWrongAnswer) {

@@ -51,7 +51,7 @@ Server::Server(const ServerOptions& o) {
   const std::string ready = dir_ + "/ready.json";
   std::vector<std::string> args = {
       o.server_binary,
-      "--model=" + TinyCheckpoint(),
+      "--model=" + (o.model.empty() ? TinyCheckpoint() : o.model),
       absl::StrCat("--tp=", o.tp),
       "--listen=127.0.0.1:0",
       "--metrics=127.0.0.1:0",
@@ -144,6 +144,7 @@ Streamed Generate(v1::Q38::Stub& api, const v1::GenerateRequest& req, int timeou
   while (reader->Read(&resp)) {
     ++out.messages;
     out.tokens.insert(out.tokens.end(), resp.token_ids().begin(), resp.token_ids().end());
+    out.text += resp.text();
     out.last = resp;
   }
   out.status = reader->Finish();

@@ -29,6 +29,7 @@ struct ServerOptions {
   std::string server_binary = Q38_SERVER_PATH;
   std::string worker_binary = Q38_WORKER_PATH;  // empty: the server picks (a bundle's own)
   std::vector<std::string> env;                // KEY=VALUE set in the server's environment
+  std::string model;                           // empty: TinyCheckpoint()
 };
 
 // The tiny checkpoint every e2e test uses (generated once per test binary, seed 1).
@@ -67,6 +68,7 @@ class Server {
 struct Streamed {
   grpc::Status status;
   std::vector<int32_t> tokens;
+  std::string text;
   v1::GenerateResponse last;
   int messages = 0;
 };
