@@ -13,6 +13,9 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from check_report import report  # noqa: E402
+
 DOCKERFILE = os.path.join(HERE, "Dockerfile")
 BUNDLE = "/opt/q38/bundle"
 
@@ -68,14 +71,12 @@ def main():
         return 1
     lint = subprocess.run([args.hadolint, "--no-color", "--failure-threshold=style", DOCKERFILE],
                           capture_output=True, text=True)
-    print("hadolint: exit %d %s" % (lint.returncode, (lint.stdout + lint.stderr).strip()))
-    failed = lint.returncode != 0
+    found = []
+    if lint.returncode != 0:
+        found.append("hadolint: exit %d: %s" % (lint.returncode, (lint.stdout + lint.stderr).strip()))
     with open(DOCKERFILE) as f:
-        for problem in problems(f.read()):
-            print("recipe: " + problem)
-            failed = True
-    print("FAILED" if failed else "OK")
-    return 1 if failed else 0
+        found += ["recipe: " + p for p in problems(f.read())]
+    return report(found, "hadolint and the recipe's promises")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import yaml
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import promql_refs  # noqa: E402
+from check_report import report  # noqa: E402
 
 DASHBOARD = os.path.join(HERE, "q38-server.json")
 DATASOURCE = "${datasource}"
@@ -99,11 +100,7 @@ def main():
     found = problems(dashboard)
     queries = promql_refs.dashboard_queries(DASHBOARD)
     found += promtool_problems(args.promtool, queries)
-    for p in found:
-        print(p)
-    print("%d queries in %d panels: %s" % (len(queries), len(list(all_panels(dashboard["panels"]))),
-                                          "FAILED" if found else "OK"))
-    return 1 if found else 0
+    return report(found, "%d queries in %d panels" % (len(queries), len(list(all_panels(dashboard["panels"])))))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from check_report import report  # noqa: E402
+
 UNIT = os.path.join(HERE, "q38-server.service")
 SYSUSERS = os.path.join(HERE, "q38.sysusers.conf")
 BUNDLE = "/opt/q38/current"
@@ -138,21 +141,15 @@ def main():
         text = f.read()
     with open(SYSUSERS) as f:
         sysusers_text = f.read()
-    failed = False
-
+    found = []
     rc, out = analyze_verify(args.systemd_analyze, text)
-    print("systemd-analyze verify: exit %d%s" % (rc, ", " + out if out else ", no diagnostics"))
-    failed |= rc != 0 or bool(out)
+    if rc != 0 or out:
+        found.append("systemd-analyze verify: exit %d: %s" % (rc, out))
     rc, out = sysusers_dry_run(args.systemd_sysusers)
-    print("systemd-sysusers --dry-run: exit %d" % rc)
     if rc != 0:
-        print(out)
-        failed = True
-    for problem in policy_problems(parse_unit(text), sysusers_text):
-        print("policy: " + problem)
-        failed = True
-    print("FAILED" if failed else "OK")
-    return 1 if failed else 0
+        found.append("systemd-sysusers --dry-run: exit %d: %s" % (rc, out))
+    found += ["policy: " + p for p in policy_problems(parse_unit(text), sysusers_text)]
+    return report(found, "systemd-analyze verify, systemd-sysusers --dry-run, the unit's policy")
 
 
 if __name__ == "__main__":
