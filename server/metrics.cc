@@ -416,7 +416,8 @@ Metrics::Metrics(const BuildInfo& build) : impl_(std::make_unique<Impl>()) {
   impl_->waiting =
       &GaugeFamily(r, "q38_num_requests_waiting", "Requests queued, waiting to be scheduled.").Add({});
   impl_->worker_memory_family =
-      &GaugeFamily(r, "q38_worker_memory_bytes", "Device memory in use per worker rank, in bytes.");
+      &GaugeFamily(r, "q38_worker_memory_bytes",
+                    "Resident host memory of each worker rank process, in bytes; 0 once it is reaped.");
 
   impl_->server_state->Set(0, "starting");
   for (int rank = 0; rank < build.tp; ++rank) impl_->worker_state->Set(rank, "starting");

@@ -9,7 +9,7 @@ For every checkpoint and TP size it starts q38-server, sends the curriculum's he
 rendered chat template, with the checkpoint's sampling (generation_config.json; greedy for the
 small model) and natural EOS, and scores each answer:
   answer  finished by EOS, and the last line after </think> is the curriculum's final line
-          (RESULT=<n>, CODE|NUMBER, RESULT=<code>): the contract's health-check rule
+          (RESULT=<n>, Code: CODE|NUMBER, RESULT = <code>): stricter than the contract's search
   exact   finished by EOS, and the whole completion (think block included) is the curriculum's
 Writes OUT/eval.json (every request and the summary) and OUT/eval.md (the table). Any failed
 request, a server that does not start, or a prompt the server tokenizes differently from the
