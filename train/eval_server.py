@@ -184,7 +184,7 @@ def run_one(args, name, model_dir, tp, sets):
         raise
     server.stop()
     summary = {"model": name, "dir": os.path.abspath(model_dir), "tp": tp, "sampling": sampling,
-               "build_id": manifest.get("build_id"), "fingerprint": manifest["workers"][0].get("model_fingerprint"),
+               "build_id": manifest.get("build_id"), "fingerprint": manifest["workers"][0]["model"]["fingerprint"],
                "startup_s": round(t_ready - t0, 2), "requests_s": round(t_done - t_ready, 2),
                "kinds": summarize(records)}
     return records, summary
