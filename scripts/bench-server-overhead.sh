@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # What the server path adds per token: TPOT through q38-server (measured by the q38 client)
 # against TPOT of the model runner's own decode loop (q38-bench-model), same tiny model, same TP,
-# same machine, alternating the two within one run. Prints each round and the medians.
+# same machine, alternating the two within one run. Prints each round and the medians. Above TP1
+# the runner's ranks meet over Gloo on loopback (--cpu_comm gloo) as the server's worker
+# processes do, so the difference is the server path and not the transport.
 # Usage: scripts/bench-server-overhead.sh [rounds=5] [tp=1]
 # Q38_BIN_DIR=DIR takes the binaries from DIR instead of building them.
 set -euo pipefail
@@ -26,7 +28,7 @@ port=$(sed -n 's/.*"grpc_port": \([0-9]*\).*/\1/p' "$dir/ready.json")
 runner=() server=()
 for i in $(seq 1 "$rounds"); do
   # q38-bench-model's table: "TP prefill decode TPOT"; q38 bench's: "tpot requests n mean p50 ...".
-  r=$("$(bin q38-bench-model)" --model "$dir/tiny" --tp "$tp" --prompt_tokens 64 --decode_tokens 64 --repeats 3 |
+  r=$("$(bin q38-bench-model)" --model "$dir/tiny" --tp "$tp" --cpu_comm gloo --prompt_tokens 64 --decode_tokens 64 --repeats 3 |
       awk -v tp="$tp" '$1 == tp && NF == 4 {print 1000 / $3}')
   s=$("$(bin q38)" bench --server "127.0.0.1:$port" --prompt_len 64 --max_tokens 64 --requests 3 2> /dev/null |
       awk '$1 == "tpot" {print $5}')

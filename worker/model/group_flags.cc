@@ -6,6 +6,8 @@
 
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
 ABSL_FLAG(std::string, gpus, "", "with --device cuda: comma-separated GPU per rank (default: rank r on GPU r)");
+ABSL_FLAG(std::string, cpu_comm, "inprocess",
+          "CPU ranks: inprocess (shared memory) or gloo (loopback TCP, as the server's worker processes)");
 ABSL_FLAG(bool, decode_graph, true, "replay each decode step as a recorded graph (CUDA graphs on GPUs)");
 
 namespace q38 {
@@ -19,6 +21,7 @@ absl::StatusOr<LocalGroupOptions> LocalGroupOptionsFromFlags() {
     if (!absl::SimpleAtoi(part, &g) || g < 0) return absl::InvalidArgumentError("--gpus: not a GPU index: " + std::string(part));
     o.gpus.push_back(g);
   }
+  o.cpu_comm = absl::GetFlag(FLAGS_cpu_comm);
   o.model.decode_graph = absl::GetFlag(FLAGS_decode_graph);
   return o;
 }

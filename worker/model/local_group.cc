@@ -25,11 +25,16 @@ absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint6
   if (!options.gpus.empty() && static_cast<int>(options.gpus.size()) != tp) {
     return absl::InvalidArgumentError("one GPU per rank is needed");
   }
-  // CPU threads meet in process; GPU ranks need NCCL, whose id travels through a scratch directory.
+  if (options.cpu_comm != "inprocess" && options.cpu_comm != "gloo") {
+    return absl::InvalidArgumentError("cpu_comm: expected inprocess or gloo, got " + options.cpu_comm);
+  }
+  // CPU threads meet in process unless asked for Gloo; Gloo and NCCL rendezvous through a scratch
+  // directory, as the server's workers do.
+  const bool in_process = options.device == "cpu" && options.cpu_comm == "inprocess";
   std::vector<std::unique_ptr<Communicator>> comms;
-  if (options.device == "cpu") comms = MakeInProcessGroup(tp);
+  if (in_process) comms = MakeInProcessGroup(tp);
   std::string rendezvous = (std::filesystem::temp_directory_path() / "q38-group-XXXXXX").string();
-  if (options.device != "cpu" && mkdtemp(rendezvous.data()) == nullptr) {
+  if (!in_process && mkdtemp(rendezvous.data()) == nullptr) {
     return absl::InternalError("cannot create a rendezvous directory");
   }
   std::vector<absl::Status> results(tp);
@@ -38,7 +43,7 @@ absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint6
     threads.emplace_back([&, r] {
       results[r] = [&]() -> absl::Status {
         RankDevice d;
-        if (options.device == "cpu") {
+        if (in_process) {
           d.backend = MakeCpuBackend();
           d.comm = std::move(comms[r]);
         } else {
@@ -53,7 +58,7 @@ absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint6
     });
   }
   for (auto& t : threads) t.join();
-  if (options.device != "cpu") std::filesystem::remove_all(rendezvous);
+  if (!in_process) std::filesystem::remove_all(rendezvous);
   for (const absl::Status& s : results) RETURN_IF_ERROR(s);
   return absl::OkStatus();
 }

@@ -15,6 +15,9 @@ namespace q38 {
 struct LocalGroupOptions {
   std::string device = "cpu";  // cpu | cuda
   std::vector<int> gpus;       // with cuda: rank r uses gpus[r] (default: GPU r)
+  // CPU ranks: "inprocess" (shared memory) or "gloo" (TCP over loopback, as the server's worker
+  // processes meet), so that a runner measurement can be compared with the server's like for like.
+  std::string cpu_comm = "inprocess";
   ModelOptions model;
 };
 

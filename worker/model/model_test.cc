@@ -58,14 +58,14 @@ Loaded Open(const std::string& dir) {
 
 // Runs `fn(model, state)` on every rank of a TP group (threads), returning rank 0's result.
 template <typename Fn>
-auto OnRanks(const Loaded& l, int tp, Fn fn) {
+auto OnRanks(const Loaded& l, int tp, Fn fn, const LocalGroupOptions& options = {}) {
   decltype(fn(std::declval<Model&>(), std::declval<SequenceState&>())) out{};
   absl::Status s = RunLocalGroup(l.config, *l.store, tp, [&](Model& model) {
     SequenceState state = model.NewSequence(256);
     auto r = fn(model, state);
     if (model.comm().rank() == 0) out = std::move(r);
     return absl::OkStatus();
-  });
+  }, options);
   EXPECT_TRUE(s.ok()) << s;
   return out;
 }
@@ -146,6 +146,23 @@ TEST_F(TinyModel, TensorParallelEqualsSingleRank) {
     auto greedy1 = OnRanks(l, 1, [&](Model& m, SequenceState& s) { return GenerateGreedy(m, s, prompt, 12, 16)->tokens; });
     EXPECT_EQ(greedy, greedy1) << "TP" << tp;
   }
+}
+
+// The runner's ranks joined by Gloo over loopback, as the server's worker processes are: the same
+// model as through the in-process collectives (only the reduction order may differ).
+TEST_F(TinyModel, GlooGroupEqualsInProcessGroup) {
+  const Loaded l = Open(dir_->path());
+  const auto prompt = Prompt();
+  LocalGroupOptions gloo;
+  gloo.cpu_comm = "gloo";
+  auto all = [&](Model& m, SequenceState& s) { return AllPositions(m, s, prompt); };
+  auto over_gloo = OnRanks(l, 4, all, gloo);
+  ASSERT_FALSE(over_gloo.empty());
+  EXPECT_LE(RelErr(over_gloo, OnRanks(l, 4, all)), 1e-5);
+  LocalGroupOptions unknown;
+  unknown.cpu_comm = "mpi";
+  EXPECT_EQ(RunLocalGroup(l.config, *l.store, 2, [](Model&) { return absl::OkStatus(); }, unknown).message(),
+            "cpu_comm: expected inprocess or gloo, got mpi");
 }
 
 TEST_F(TinyModel, ResetStartsOver) {
