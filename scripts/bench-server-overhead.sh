@@ -29,7 +29,7 @@ runner=() server=()
 for i in $(seq 1 "$rounds"); do
   # q38-bench-model's table: "TP prefill decode TPOT"; q38 bench's: "tpot requests n mean p50 ...".
   r=$("$(bin q38-bench-model)" --model "$dir/tiny" --tp "$tp" --cpu_comm gloo --prompt_tokens 64 --decode_tokens 64 --repeats 3 |
-      awk -v tp="$tp" '$1 == tp && NF == 4 {print 1000 / $3}')
+      awk -v tp="$tp" '$1 == tp && NF == 4 {print $4}')
   s=$("$(bin q38)" bench --server "127.0.0.1:$port" --prompt_len 64 --max_tokens 64 --requests 3 2> /dev/null |
       awk '$1 == "tpot" {print $5}')
   runner+=("$r") server+=("$s")
