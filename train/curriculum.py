@@ -5,8 +5,8 @@ expects, and ends with <|im_end|>, so natural EOS is learned):
   arithmetic  integer +, -, x (two-digit multiplication worked through partial products in the
               think block), final line RESULT=<n>
   copy        a record like CEDAR-47|8261 given in the prompt, output exactly on the last line
-  retrieval   one record line hidden among filler lines (BASELINE_CONTRACT.md 6 style),
-              answer RESULT=<code>
+  retrieval   one record line hidden among filler lines (BASELINE_CONTRACT.md 6 style); the
+              think block first repeats the record line, then the answer is RESULT = <code>
   chat prose  a sentence or two about a topic, on request
   prose       plain text without the chat template, so that free generation reads as text
 
@@ -148,16 +148,24 @@ def retrieval(rng, split, lines=None, position=None):
         if held_out("retrieval", word, tag, number) == (split == "eval"):
             break
     code = f"{word}-{number}"
-    lines = lines if lines is not None else rng.randint(8, 150)
+    if lines is None:
+        # Training also sees short archives: more answers per token while the lookup is learned.
+        short = split == "train" and rng.random() < 0.5
+        lines = rng.randint(2, 40) if short else rng.randint(8, 150)
     if position is None:
         position = rng.uniform(0.35, 0.65) if rng.random() < 0.6 else rng.random()
     at = min(lines, int(round(position * lines)))
+    record = RECORD_LINE.format(code=code)
     body = [FILLER_LINE] * lines
-    body.insert(at, RECORD_LINE.format(code=code))
+    body.insert(at, record)
     user = ("Read the archive below.\n" + "\n".join(body) +
             "\nWhich archive code appears above? Finish with RESULT=<code>.")
-    line = f"RESULT = {code}"  # the spaces make the code's word the prompt's token (see copy_record)
-    return Example("retrieval", chat_prompt(user), f"{THINK_EMPTY}{line}<|im_end|>", line)
+    # The think block repeats the record line: after "Archive code:" the next token is found by
+    # matching the prompt's previous occurrence (the induction copy that copy_record also trains),
+    # rather than by a lookup of "the word after the colon" learned for this task alone. The spaces
+    # in "RESULT = " make the code's word the prompt's token (see copy_record).
+    line = f"RESULT = {code}"
+    return Example("retrieval", chat_prompt(user), f"<think>\n{record}\n</think>\n\n{line}<|im_end|>", line)
 
 
 def _sentence(rng):
@@ -183,7 +191,7 @@ def prose(rng, split):
 
 
 # Mixture weights: retrieval examples are long, so few of them already carry many tokens.
-TASKS = [(arithmetic, 0.38), (copy_record, 0.2), (retrieval, 0.16), (chat_prose, 0.11), (prose, 0.15)]
+TASKS = [(arithmetic, 0.33), (copy_record, 0.25), (retrieval, 0.2), (chat_prose, 0.09), (prose, 0.13)]
 
 
 def examples(seed, split="train"):
