@@ -9,6 +9,7 @@ expects, and ends with <|im_end|>, so natural EOS is learned):
               think block first repeats the record line, then the answer is RESULT = <code>
   chat prose  a sentence or two about a topic, on request
   prose       plain text without the chat template, so that free generation reads as text
+  code list   plain text: a list of codes, then the same list again (loss on the repeat only)
 
 `Example.prompt` is the chat text up to and including the generation prompt and `answer` what
 the model must produce; `held_out(...)` splits the problem space so evaluation prompts are never
@@ -116,15 +117,28 @@ def arithmetic(rng, split):
     return Example("arithmetic", chat_prompt(user), answer, f"RESULT={n}")
 
 
-def _code(rng):
-    word = rng.choice(WORDS) if rng.random() < 0.7 else "".join(
-        rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(rng.randint(3, 7)))
+# The letter tokens of the model's tokenizer (set by data.py). The tokenizer's BPE learned
+# thousands of merges from random codes, most of them too rare for their embeddings to be trained
+# by random codes alone; training codes built from these pieces reach every one of them.
+CODE_PIECES = []
+
+
+def _code(rng, split):
+    if split == "train" and CODE_PIECES and rng.random() < 0.3:
+        word = ""
+        while len(word) < 3:
+            word += rng.choice(CODE_PIECES)
+        word = word[:8]
+    elif rng.random() < 0.7:
+        word = rng.choice(WORDS)
+    else:
+        word = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(rng.randint(3, 7)))
     return word, rng.randint(1, 99), rng.randint(1000, 9999)
 
 
 def copy_record(rng, split):
     while True:
-        word, tag, number = _code(rng)
+        word, tag, number = _code(rng, split)
         if held_out("copy", word, tag, number) == (split == "eval"):
             break
     record = f"{word}-{tag}|{number}"
@@ -144,7 +158,7 @@ def retrieval(rng, split, lines=None, position=None):
     """A record line among `lines` filler lines, at fraction `position` (default: anywhere, mostly
     near the middle, which is where the contract's check puts it)."""
     while True:
-        word, tag, number = _code(rng)
+        word, tag, number = _code(rng, split)
         if held_out("retrieval", word, tag, number) == (split == "eval"):
             break
     code = f"{word}-{number}"
@@ -166,6 +180,18 @@ def retrieval(rng, split, lines=None, position=None):
     # in "RESULT = " make the code's word the prompt's token (see copy_record).
     line = f"RESULT = {code}"
     return Example("retrieval", chat_prompt(user), f"<think>\n{record}\n</think>\n\n{line}<|im_end|>", line)
+
+
+def code_list(rng, split):
+    """Plain text listing codes, then the same list again: the second list is a copy, trained on
+    every token (the first one, unpredictable, is context without loss)."""
+    codes, n = [], rng.randint(3, 8)
+    while len(codes) < n:
+        word, tag, number = _code(rng, split)
+        if held_out("copy", word, tag, number) == (split == "eval"):
+            codes.append(f"{word}-{tag}|{number}")
+    listed = ", ".join(codes)
+    return Example("codes", f"Codes: {listed}.", f" Again: {listed}.<|endoftext|>", listed)
 
 
 def _sentence(rng):
@@ -191,7 +217,8 @@ def prose(rng, split):
 
 
 # Mixture weights: retrieval examples are long, so few of them already carry many tokens.
-TASKS = [(arithmetic, 0.33), (copy_record, 0.25), (retrieval, 0.2), (chat_prose, 0.09), (prose, 0.13)]
+TASKS = [(arithmetic, 0.3), (copy_record, 0.22), (retrieval, 0.18), (code_list, 0.1), (chat_prose, 0.08),
+         (prose, 0.12)]
 
 
 def examples(seed, split="train"):

@@ -10,6 +10,7 @@ import collections
 import itertools
 import multiprocessing as mp
 import os
+import re
 
 import numpy as np
 
@@ -25,6 +26,7 @@ def tokenizer():
     if _tok is None:
         from tokenizers import Tokenizer
         _tok = Tokenizer.from_file(TOKENIZER)
+        curriculum.CODE_PIECES = sorted(t.lstrip("Ġ") for t in _tok.get_vocab() if re.fullmatch("Ġ?[A-Z]+", t))
     return _tok
 
 
