@@ -2,7 +2,9 @@
 # Everything q38 checks on a GPU machine, in one call (issue 5): the kernels against their CPU
 # references, the model against the CPU FP32 reference at TP1 and TP2, decode graphs against eager
 # runs, the server end to end on GPUs (and that stopping it gives the memory back), and the
-# measurements. (The SM70 legality check runs where the sources build: CTest's Sm70Legality.)
+# measurements; with Q38_EVAL_SMALL, Q38_FULL_SIZE and Q38_PROFILE also the small model's
+# evaluation on GPUs, the full-size speed and the decode kernel profile. (The SM70 legality check
+# runs where the sources build: CTest's Sm70Legality.)
 # Runs from the repository root on binaries packed by scripts/pack-gpu-run.sh (nothing is built
 # here); a few files go to $OUT (default out/gpu): summary.txt, tests.log, bench.log,
 # nvidia-smi.txt and the full-size run's files.
@@ -44,8 +46,21 @@ for tp in 1 2; do
       --repeats 5 > "$out/bench.log.tmp" 2>&1 && note "tiny TP$tp: $(grep -E '^[0-9]' "$out/bench.log.tmp")"
   cat "$out/bench.log.tmp" >> "$out/bench.log"
 done
+# The trained small model through the server on GPU ranks (issue 7), beside any BF16-expert
+# copy named in Q38_SMALL_BF16.
+if [[ -n "${Q38_EVAL_SMALL:-}" ]]; then
+  models=(--model nvfp4=models/small)
+  [[ -n "${Q38_SMALL_BF16:-}" ]] && models+=(--model "bf16=$Q38_SMALL_BF16")
+  timeout 240 python3 train/eval_server.py "${models[@]}" --build "$packed/bin" --device cuda --tp 1,2 --n 30 \
+      --jobs 2 --out "$out/eval-small" > "$out/eval-small.log" 2>&1
+  note "small model on GPUs: eval_server exit $? (eval-small/eval.md)"
+  grep -E "^\| (arithmetic|copy|retrieval) \|" "$out/eval-small/eval.md" 2>/dev/null | tee -a "$summary"
+fi
 if [[ -n "${Q38_FULL_SIZE:-}" ]]; then
   bash scripts/gpu-full-size.sh "$packed" "$out" | tee -a "$summary"
+fi
+if [[ -n "${Q38_PROFILE:-}" ]]; then
+  bash scripts/gpu-decode-profile.sh "$packed" "$out" "${Q38_PROFILE_TIMEOUT_S:-200}" | tee -a "$summary"
 fi
 rm -rf "$ckpt" "$out/bench.log.tmp"
 note "overall: $([[ $failed -eq 0 ]] && echo PASS || echo FAIL)"

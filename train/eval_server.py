@@ -2,9 +2,9 @@
 """Evaluates checkpoints through the real server: q38-server with CPU ranks, the q38 client.
 
   python3 train/eval_server.py --model bf16=DIR [--model nvfp4=DIR ...] [--build build]
-                               [--tp 1,4] [--n 100] [--kinds arithmetic,copy,retrieval] [--out DIR]
+                               [--tp 1,4] [--device cpu|cuda] [--n 100] [--kinds arithmetic,copy,retrieval] [--out DIR]
 
-For every checkpoint and TP size it starts q38-server, sends the curriculum's held-out prompts
+For every checkpoint and TP size it starts q38-server (CPU ranks, or one GPU per rank), sends the curriculum's held-out prompts
 (seed 0 of the eval split; retrieval with the record at the middle of its filler lines) as the
 rendered chat template, with the checkpoint's sampling (generation_config.json; greedy for the
 small model) and natural EOS, and scores each answer:
@@ -78,16 +78,22 @@ def score(example, result):
             "exact": natural and result["text"] == expected}
 
 
+def tool(build, folder, name):
+    """A binary of a build tree (build/folder/name) or of a flat folder of packed binaries."""
+    path = os.path.join(build, folder, name)
+    return path if os.path.exists(path) else os.path.join(build, name)
+
+
 class Server:
     """q38-server on an ephemeral port; stopped with SIGTERM, and its exit code checked."""
 
-    def __init__(self, build, model, tp, log_path, startup_s):
+    def __init__(self, build, model, tp, device, log_path, startup_s):
         self.build, self.log_path = build, log_path
         run_dir = tempfile.mkdtemp(prefix="q38-eval-")
         self.ready = os.path.join(run_dir, "ready.json")
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
-            [os.path.join(build, "server", "q38-server"), "--model", model, "--tp", str(tp),
+            [tool(build, "server", "q38-server"), "--model", model, "--tp", str(tp), "--device", device,
              "--listen", "127.0.0.1:0", "--metrics=", "--ready_file", self.ready,
              "--startup_timeout_s", str(startup_s)],
             stdout=self.log, stderr=subprocess.STDOUT)
@@ -109,7 +115,7 @@ class Server:
             return "".join(f.readlines()[-n:])
 
     def client(self, *args, timeout):
-        cmd = [os.path.join(self.build, "client", "q38"), *args, "--server", self.addr]
+        cmd = [tool(self.build, "client", "q38"), *args, "--server", self.addr]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if p.returncode != 0:
             raise EvalError(f"q38 {args[0]} exited with {p.returncode}: {p.stderr.strip()}\nserver log:\n{self.tail()}")
@@ -149,7 +155,8 @@ def run_one(args, name, model_dir, tp, sets):
     """Every prompt of every kind through one server; returns (records, summary)."""
     flags, sampling = sampling_flags(model_dir)
     t0 = time.time()
-    server = Server(args.build, model_dir, tp, os.path.join(args.out, f"server-{name}-tp{tp}.log"), args.startup_s)
+    server = Server(args.build, model_dir, tp, args.device, os.path.join(args.out, f"server-{name}-tp{tp}.log"),
+                    args.startup_s)
     try:
         t_ready = time.time()
         server.client("health", timeout=30)
@@ -183,7 +190,7 @@ def run_one(args, name, model_dir, tp, sets):
         server.kill()
         raise
     server.stop()
-    summary = {"model": name, "dir": os.path.abspath(model_dir), "tp": tp, "sampling": sampling,
+    summary = {"model": name, "dir": os.path.abspath(model_dir), "tp": tp, "device": args.device, "sampling": sampling,
                "build_id": manifest.get("build_id"), "fingerprint": manifest["workers"][0]["model"]["fingerprint"],
                "startup_s": round(t_ready - t0, 2), "requests_s": round(t_done - t_ready, 2),
                "kinds": summarize(records)}
@@ -219,7 +226,8 @@ def markdown(report):
     cols = [f"{s['model']} TP{s['tp']}" for s in runs]
     kinds = list(dict.fromkeys(k for s in runs for k in s["kinds"]))
     pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
-    lines = [f"Held-out prompts through `q38-server` (CPU ranks) and `q38 generate --text` (the rendered chat "
+    ranks = "GPU ranks" if runs[0].get("device") == "cuda" else "CPU ranks"
+    lines = [f"Held-out prompts through `q38-server` ({ranks}) and `q38 generate --text` (the rendered chat "
              f"template), the checkpoint's sampling, natural EOS; {report['n']} per kind (seed 0 of the eval split, "
              f"retrieval with the record at the middle). *answer*: EOS and the last line after `</think>` is the "
              f"expected one; *exact*: EOS and the whole completion is the curriculum's.", "",
@@ -248,8 +256,9 @@ def main():
     ap.add_argument("--model", action="append", required=True, metavar="NAME=DIR",
                     help="a checkpoint to evaluate (repeat for side-by-side columns, e.g. bf16=... nvfp4=...)")
     ap.add_argument("--build", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build"),
-                    help="build directory with server/q38-server, worker/q38-worker, client/q38")
+                    help="build directory (server/q38-server, worker/q38-worker, client/q38), or a folder of packed binaries")
     ap.add_argument("--tp", default="1,4", help="TP sizes, comma-separated")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="the ranks' device (cuda: GPUs 0..TP-1)")
     ap.add_argument("--n", type=int, default=100, help="held-out prompts per kind")
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--out", default="out/eval")

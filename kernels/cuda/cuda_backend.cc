@@ -266,8 +266,12 @@ class CudaBackendImpl final : public CudaBackend {
       dn.N = H_;
       dn.K = I;
     }
+    const int64_t E = e.nvfp4 ? e.q.gate_up_codes.t().dim(0) : e.dense.gate_up.t().dim(0);
     Buffer act = Alloc(DType::kF16, {T * k, I}), pair_out = Alloc(DType::kF32, {T * k, H_});
-    cuda::RoutedExperts(H(h), I32(idx), H(w), gu, dn, H(out), {H(act.t()), F(pair_out.t())}, T, k, stream_);
+    const bool grouped = T > cuda::kPairwiseMaxTokens;
+    Buffer groups = grouped ? Alloc(DType::kI32, {cuda::ExpertGroupsInts(T * k, E)}) : Buffer();
+    cuda::RoutedExperts(H(h), I32(idx), H(w), gu, dn, H(out),
+                        {H(act.t()), F(pair_out.t()), grouped ? I32(groups.t()) : nullptr}, T, k, E, stream_);
   }
   void AddSigmoidGated(Tensor& out, const Tensor& shared, const Tensor& gate_logit) override {
     cuda::AddSigmoidGated(H(out), H(shared), H(gate_logit), gate_logit.dim(-1), Rows(out), out.dim(-1), stream_);

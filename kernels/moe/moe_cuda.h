@@ -24,16 +24,23 @@ struct ExpertProjection {
   int64_t N = 0, K = 0;
 };
 
-// Scratch: act [T·k, I] F16 and per-pair outputs [T·k, H] F32.
+// Scratch: act [T·k, I] F16, per-pair outputs [T·k, H] F32, and for the grouped route
+// ExpertGroupsInts(T·k, E) I32.
 struct ExpertScratch {
   __half* act;
   float* pair_out;
+  int32_t* groups;
 };
+inline int64_t ExpertGroupsInts(int64_t pairs, int64_t E) { return 2 * (E + 1) + pairs; }
 
-// out [T, H] = Σ_j w[t,j] · down_e(silu(gate_e(h)) ⊙ up_e(h)), e = idx[t,j]; K of gate_up and
-// of down must be multiples of 16.
+// Up to this many tokens each (token, expert) pair streams its expert's rows through a GEMV (decode);
+// above it the pairs are grouped by expert and each expert runs as a WMMA GEMM (prefill).
+constexpr int64_t kPairwiseMaxTokens = 8;
+
+// out [T, H] = Σ_j w[t,j] · down_e(silu(gate_e(h)) ⊙ up_e(h)), e = idx[t,j] < E; K of gate_up
+// and of down must be multiples of 16.
 void RoutedExperts(const __half* h, const int32_t* idx, const __half* w, const ExpertProjection& gate_up,
-                   const ExpertProjection& down, __half* out, ExpertScratch scratch, int64_t T, int64_t k,
+                   const ExpertProjection& down, __half* out, ExpertScratch scratch, int64_t T, int64_t k, int64_t E,
                    cudaStream_t stream);
 
 void SiluMul(const __half* gu, __half* y, int64_t T, int64_t I, cudaStream_t stream);

@@ -90,6 +90,24 @@ TEST(MoeCuda, Nvfp4ExpertsAtModelWidth) {
   ExpectSameExperts(b, 9, 5, 3, 48, 16, true);       // small and awkward
 }
 
+// Above kPairwiseMaxTokens the pairs are grouped by expert into WMMA tiles: several tiles per
+// expert, experts without pairs, a partial last tile, and I or H not a multiple of the tile.
+TEST(MoeCuda, GroupedNvfp4ExpertsForPrefill) {
+  Q38_REQUIRE_GPU();
+  BackendPair b;
+  ExpectSameExperts(b, 200, 64, 10, 2560, 640, true);  // prefill, TP1 width (some experts empty)
+  ExpectSameExperts(b, 150, 12, 4, 2560, 160, true);   // TP4 slice, ~50 pairs per expert
+  ExpectSameExperts(b, 300, 3, 3, 48, 16, true);       // 300 pairs per expert: five tiles, a partial one
+  ExpectSameExperts(b, 9, 7, 2, 96, 48, true);         // just above the pairwise route
+}
+
+TEST(MoeCuda, GroupedDenseExpertsForPrefill) {
+  Q38_REQUIRE_GPU();
+  BackendPair b;
+  ExpectSameExperts(b, 70, 6, 4, 2560, 320, false);
+  ExpectSameExperts(b, 33, 4, 2, 80, 112, false);
+}
+
 TEST(MoeCuda, DenseExperts) {
   Q38_REQUIRE_GPU();
   BackendPair b;

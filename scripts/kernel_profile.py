@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Sums an Nsight Compute CSV (`ncu --csv --page raw --metrics gpu__time_duration.sum`) per
+kernel and per model step: the kernels from the first step marker on (the weight fill before it
+is left out), divided by the number of markers, so each row is one step's share.
+
+  scripts/kernel_profile.py PROFILE.csv --step_marker EmbedStreams [--top 25]
+"""
+
+import argparse
+import collections
+import csv
+import re
+import sys
+
+
+def rows(path):
+    with open(path, newline="", errors="replace") as f:
+        lines = f.readlines()
+    start = next((i for i, l in enumerate(lines) if '"Kernel Name"' in l), None)
+    if start is None:
+        sys.exit(f"{path}: no ncu CSV header")
+    reader = csv.DictReader(lines[start:])
+    for r in reader:
+        t = r.get("gpu__time_duration.sum", "")
+        if r.get("Kernel Name") and re.fullmatch(r"[0-9.]+", t.replace(",", "")):
+            yield r["Kernel Name"], float(t.replace(",", ""))  # ns with --print-units base
+
+
+def short(name):
+    """The kernel's own name, without namespaces, template arguments or parameters."""
+    name = re.sub(r"\(.*", "", name.replace("(anonymous namespace)", ""))
+    depth, out = 0, ""
+    for ch in name:
+        depth += ch == "<"
+        if depth == 0:
+            out += ch
+        depth -= ch == ">"
+    return out.split("::")[-1].split()[-1] if out.strip() else name
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("csv")
+    ap.add_argument("--step_marker", required=True, help="a kernel that runs once at the start of every step")
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args()
+    kernels = [(short(n), t) for n, t in rows(args.csv)]
+    first = next((i for i, (n, _) in enumerate(kernels) if args.step_marker in n), None)
+    if first is None:
+        sys.exit(f"no {args.step_marker} kernel among {len(kernels)}")
+    kernels = kernels[first:]
+    steps = sum(args.step_marker in n for n, _ in kernels)
+    time, count = collections.Counter(), collections.Counter()
+    for n, t in kernels:
+        time[n] += t
+        count[n] += 1
+    total = sum(time.values())
+    print(f"{steps} steps, {len(kernels) / steps:.0f} kernels and {total / steps / 1e6:.2f} ms of kernel time per step")
+    print(f"{'kernel':<40} {'per step':>9} {'µs/step':>10} {'share':>7}")
+    for n, t in time.most_common(args.top):
+        print(f"{n:<40} {count[n] / steps:>9.1f} {t / steps / 1e3:>10.1f} {100 * t / total:>6.1f}%")
+
+
+if __name__ == "__main__":
+    main()
