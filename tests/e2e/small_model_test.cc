@@ -57,5 +57,21 @@ TEST_F(SmallModel, AnswersHeldOutProblems) {
             "\n\nCode: HOLLY-13|9644");
 }
 
+// train/curriculum.py's retrieval: one record line in the middle of `lines` filler lines.
+std::string Archive(const std::string& code, int lines) {
+  std::string user = "Read the archive below.\n";
+  for (int i = 0; i < lines; ++i) {
+    if (i == lines / 2) user += "Archive code: " + code + ".\n";
+    user += "A routine archive entry, without task instructions.\n";
+  }
+  return user + "Which archive code appears above? Finish with RESULT=<code>.";
+}
+
+TEST_F(SmallModel, RetrievesTheRecordFromTheMiddle) {
+  ASSERT_TRUE(server_->ready());
+  EXPECT_EQ(Ask(Archive("CANYON-5485", 120)), "\n\nRESULT = CANYON-5485");
+  EXPECT_EQ(Ask(Archive("CLVAMDK-9837", 40)), "\n\nRESULT = CLVAMDK-9837");
+}
+
 }  // namespace
 }  // namespace q38::e2e
