@@ -27,15 +27,11 @@ def rows(path):
 
 
 def short(name):
-    """The kernel's own name, without namespaces, template arguments or parameters."""
-    name = re.sub(r"\(.*", "", name.replace("(anonymous namespace)", ""))
-    depth, out = 0, ""
-    for ch in name:
-        depth += ch == "<"
-        if depth == 0:
-            out += ch
-        depth -= ch == ">"
-    return out.split("::")[-1].split()[-1] if out.strip() else name
+    """The kernel's name with its template arguments, without namespaces, return type or parameters."""
+    for anonymous in ("(anonymous namespace)::", "<unnamed>::", "unnamed>::"):
+        name = name.replace(anonymous, "")
+    name = re.sub(r"^void\s+", "", name.split("(")[0])
+    return re.sub(r"\b\w+::", "", name).strip() or name
 
 
 def main():

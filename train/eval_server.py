@@ -276,9 +276,9 @@ def main():
         if not sep or not name or not os.path.isdir(path):
             ap.error(f"--model {m}: want NAME=DIR with an existing DIR")
         models.append((name, path))
-    for tool in ("server/q38-server", "worker/q38-worker", "client/q38"):
-        if not os.access(os.path.join(args.build, tool), os.X_OK):
-            ap.error(f"{args.build}/{tool} is missing: build it first")
+    for folder, name in (("server", "q38-server"), ("worker", "q38-worker"), ("client", "q38")):
+        if not os.access(tool(args.build, folder, name), os.X_OK):
+            ap.error(f"{args.build}: no {folder}/{name} (or {name}): build it first")
     os.makedirs(args.out, exist_ok=True)
 
     from tokenizers import Tokenizer

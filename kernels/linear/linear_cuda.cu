@@ -17,6 +17,8 @@ __global__ void GemvKernel(const __half* __restrict__ x, const __half* __restric
   float acc[kGemvMaxRows] = {};
   const __half* row = w + n * K;
   if constexpr (kVector) {
+    // Unrolled so that a lane has several weight loads in flight rather than one at a time.
+#pragma unroll 4
     for (int64_t k = lane * 8; k < K; k += kWarp * 8) {
       const uint4 wv = __ldg(reinterpret_cast<const uint4*>(row + k));
       const __half2* wh = reinterpret_cast<const __half2*>(&wv);

@@ -127,6 +127,7 @@ struct DenseRows {
 template <typename Rows>
 __device__ __forceinline__ float RowDot(const Rows& rows, int64_t e, int64_t n, const __half* x, int lane) {
   float acc = 0;
+#pragma unroll 4  // several weight loads in flight per lane
   for (int64_t j = lane * 8; j < rows.K; j += kWarp * 8) {
     float wv[8];
     rows.Load8(e, n, j, wv);

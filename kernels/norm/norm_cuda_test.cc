@@ -16,7 +16,8 @@ TEST(NormCuda, GroupedZeroCentredAndPlain) {
     bool zero_centred;
   };
   for (const Case c : {Case{3, 10240, 2560, 10240, true}, Case{5, 6144, 256, 256, true},
-                       Case{2, 100, 25, 100, false}, Case{7, 48, 48, 48, true}}) {
+                       Case{2, 100, 25, 100, false}, Case{7, 48, 48, 48, true}, Case{2, 5120, 5120, 5120, true},
+                       Case{3, 1000, 500, 500, false}}) {
     auto x = b.Act(Normal(c.rows * c.n, 3), {c.rows, c.n});
     std::vector<float> w = Normal(c.w_len, 4);
     for (float& v : w) v *= 0.3f;
