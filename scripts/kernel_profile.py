@@ -28,7 +28,7 @@ def rows(path):
 
 def short(name):
     """The kernel's name with its template arguments, without namespaces, return type or parameters."""
-    for anonymous in ("(anonymous namespace)::", "<unnamed>::", "unnamed>::"):
+    for anonymous in ("(anonymous namespace)::", "unnamed>::"):  # ncu: `unnamed>::`
         name = name.replace(anonymous, "")
     name = re.sub(r"^void\s+", "", name.split("(")[0])
     return re.sub(r"\b\w+::", "", name).strip() or name
