@@ -32,7 +32,9 @@ TEST(HcCuda, EveryStep) {
       b.cpu().HcGates(di.cpu.t(), a.cpu.t(), g.cpu.t(), S, inject);
       b.gpu().HcGates(di.gpu.t(), a.gpu.t(), g.gpu.t(), S, inject);
       EXPECT_TRUE(b.Matches(a)) << "gates a, inject " << inject;
-      if (inject) EXPECT_TRUE(b.Matches(g)) << "gates g";
+      if (inject) {
+        EXPECT_TRUE(b.Matches(g)) << "gates g";
+      }
     }
 
     auto m = b.Act(Normal(T * S * H, 3), {T, S * H});
