@@ -71,7 +71,9 @@ TEST_F(BundleTest, CarriesTheBinariesTheirLibrariesAndTheManifests) {
   for (const BundleFile& f : b.files) {
     EXPECT_FALSE(IsSystemLibrary(f.path)) << f.path;
     crypto |= f.path.starts_with("lib/libcrypto.so");  // the test binary links OpenSSL
-    if (f.kind == "library") EXPECT_EQ(f.sha256, *Sha256File(f.origin)) << f.path;
+    if (f.kind == "library") {
+      EXPECT_EQ(f.sha256, *Sha256File(f.origin)) << f.path;
+    }
   }
   EXPECT_TRUE(crypto);
   EXPECT_TRUE(fs::exists(dir_ + "/build_manifest.json"));

@@ -115,7 +115,9 @@ class WorkerService final : public wv1::Worker::Service {
     current_.store(spec.request_id);
     cancel_.store(false);
     // The decode loop never waits on the stream: tokens go through a queue that this handler
-    // thread writes out while the engine runs on its own thread.
+    // thread writes out while the engine runs on its own thread. Only rank 0 streams tokens
+    // (worker.proto): the others sample the same ones, and sending them too cost every rank and
+    // the coordinator a message per token that the coordinator dropped.
     std::mutex mu;
     std::condition_variable cv;
     std::vector<int32_t> pending;
@@ -123,6 +125,7 @@ class WorkerService final : public wv1::Worker::Service {
     absl::StatusOr<RunResult> r = absl::UnknownError("not run");
     std::thread engine([&] {
       auto emit = [&](int32_t token) {
+        if (rank_ != 0) return;
         std::lock_guard<std::mutex> l(mu);
         pending.push_back(token);
         cv.notify_one();
