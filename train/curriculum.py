@@ -117,18 +117,16 @@ def arithmetic(rng, split):
     return Example("arithmetic", chat_prompt(user), answer, f"RESULT={n}")
 
 
-# The letter tokens of the model's tokenizer (set by data.py). The tokenizer's BPE learned
-# thousands of merges from random codes, most of them too rare for their embeddings to be trained
-# by random codes alone; training codes built from these pieces reach every one of them.
-CODE_PIECES = []
+# One code word per letter token of the model's tokenizer, a word whose tokens (after a space)
+# include it (set by data.py). The tokenizer's BPE learned thousands of letter merges from random
+# codes, most too rare for their embeddings to be trained by random codes alone, and joining
+# tokens does not reach them either: BPE re-segments the joined word.
+CODE_WORDS = []
 
 
 def _code(rng, split):
-    if split == "train" and CODE_PIECES and rng.random() < 0.3:
-        word = ""
-        while len(word) < 3:
-            word += rng.choice(CODE_PIECES)
-        word = word[:8]
+    if split == "train" and CODE_WORDS and rng.random() < 0.5:
+        word = rng.choice(CODE_WORDS)
     elif rng.random() < 0.7:
         word = rng.choice(WORDS)
     else:

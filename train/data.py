@@ -11,6 +11,7 @@ import itertools
 import multiprocessing as mp
 import os
 import re
+import string
 
 import numpy as np
 
@@ -21,12 +22,26 @@ ROWS_PER_CHUNK = 64
 _tok = None
 
 
+def code_words(tok):
+    """For every letter token, the first of its word, A–Z + it, or two letters + it whose tokens
+    after a space include it (every one of the 3,047 has one)."""
+    words = []
+    for token, i in sorted(tok.get_vocab().items()):
+        if not re.fullmatch("Ġ?[A-Z]+", token):
+            continue
+        run = token.removeprefix("Ġ")
+        tries = [run] if token.startswith("Ġ") else [p + run for p in string.ascii_uppercase] + [
+            p + q + run for p in string.ascii_uppercase for q in string.ascii_uppercase]
+        words.append(next(w for w in tries if i in tok.encode(" " + w).ids))
+    return words
+
+
 def tokenizer():
     global _tok
     if _tok is None:
         from tokenizers import Tokenizer
         _tok = Tokenizer.from_file(TOKENIZER)
-        curriculum.CODE_PIECES = sorted(t.lstrip("Ġ") for t in _tok.get_vocab() if re.fullmatch("Ġ?[A-Z]+", t))
+        curriculum.CODE_WORDS = code_words(_tok)
     return _tok
 
 

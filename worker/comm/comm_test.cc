@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <numeric>
 #include <thread>
@@ -109,11 +110,17 @@ TEST(Comm, GlooRendezvousWithAMissingPeerTimesOut) {
 
 TEST(Comm, GlooCollectiveWithADeadPeerFails) {
   const std::string dir = FreshDir();
-  // Rank 1 connects and exits at once; rank 0's all-reduce must fail, not hang.
+  // Rank 1 exits once rank 0 holds a connected group; rank 0's all-reduce must fail, not hang.
+  // (Exiting before rank 0's own connect finishes would fail the connect instead.)
+  const std::string connected = dir + "/rank0-connected";
   auto codes = OnProcesses(2, [&](int r) {
     auto c = ConnectGloo({.rank = r, .size = 2, .store_dir = dir, .prefix = "dead", .timeout_ms = 2000});
     if (!c.ok()) return 3;
-    if (r == 1) return 0;
+    if (r == 1) {
+      for (int i = 0; i < 1000 && !std::filesystem::exists(connected); ++i) usleep(10'000);
+      return 0;
+    }
+    std::ofstream(connected) << "1";
     std::vector<float> v(1000, 1.0f);
     Tensor vt = View(v);
     absl::Status s = (*c)->AllReduceSum(vt);

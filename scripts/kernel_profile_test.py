@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""scripts/kernel_profile.py on a small CSV in Nsight Compute's own shape: the profiler's
+preamble, a units row, its spelling of anonymous namespaces, and kernels before the first step."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_profile.py")
+sys.path.insert(0, os.path.dirname(SCRIPT))
+import kernel_profile  # noqa: E402
+
+CSV = """==PROF== Connected to process 1 (q38-bench-model)
+TP  prefill tok/s (median)  decode tok/s (median)  TPOT ms
+==PROF== Disconnected from process 1
+"ID","Process ID","Kernel Name","gpu__time_duration.sum"
+"","","","ns"
+"0","1","q38::cuda::unnamed>::FillRandomKernel(void *, RandomKind, unsigned long, float, long)","900000"
+"1","1","q38::cuda::unnamed>::EmbedStreamsKernel(const __half *, const int *, float *, long, long, long)","2000"
+"2","1","void q38::cuda::unnamed>::GateUpKernel<q38::cuda::unnamed>::Nvfp4Rows>(const __half *, T1)","30,000"
+"3","1","void q38::cuda::unnamed>::GemvKernel<true>(const __half *, const __half *, __half *, int, long, long)","8000"
+"4","1","q38::cuda::unnamed>::EmbedStreamsKernel(const __half *, const int *, float *, long, long, long)","2000"
+"5","1","void q38::cuda::unnamed>::GateUpKernel<q38::cuda::unnamed>::Nvfp4Rows>(const __half *, T1)","10000"
+"6","1","void q38::cuda::unnamed>::GemvKernel<true>(const __half *, const __half *, __half *, int, long, long)","8000"
+"""
+
+
+class KernelProfile(unittest.TestCase):
+    def run_script(self, text, *args):
+        with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+            f.write(text)
+        try:
+            return subprocess.run([sys.executable, SCRIPT, f.name, *args], capture_output=True, text=True)
+        finally:
+            os.unlink(f.name)
+
+    def test_names_lose_namespaces_and_keep_template_arguments(self):
+        self.assertEqual(kernel_profile.short(
+            "void q38::cuda::unnamed>::GateUpKernel<q38::cuda::unnamed>::Nvfp4Rows>(const __half *, T1)"),
+            "GateUpKernel<Nvfp4Rows>")
+        self.assertEqual(kernel_profile.short("q38::cuda::(anonymous namespace)::AddKernel(float *)"), "AddKernel")
+
+    def test_sums_per_step_from_the_first_marker(self):
+        p = self.run_script(CSV, "--step_marker", "EmbedStreams")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        lines = p.stdout.splitlines()
+        # Two steps of 3 kernels; the weight fill before the first step is left out.
+        self.assertEqual(lines[0], "2 steps, 3 kernels and 0.03 ms of kernel time per step")
+        rows = {line.split()[0]: line.split()[1:] for line in lines[2:]}
+        self.assertEqual(rows["GateUpKernel<Nvfp4Rows>"], ["1.0", "20.0", "66.7%"])
+        self.assertEqual(rows["GemvKernel<true>"], ["1.0", "8.0", "26.7%"])
+        self.assertNotIn("FillRandomKernel", rows)
+
+    def test_refuses_a_file_without_the_header_or_the_marker(self):
+        self.assertNotEqual(self.run_script("not a profile\n", "--step_marker", "X").returncode, 0)
+        p = self.run_script(CSV, "--step_marker", "NoSuchKernel")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("no NoSuchKernel kernel", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
