@@ -113,6 +113,10 @@ TEST(AttentionCuda, PrefillGroupsQueryHeadsOnTensorCores) {
   std::iota(small.begin(), small.end(), 90);
   ExpectSameAttention(b, 4, 2, 64, 8, small, 160);      // the small model's heads, sparse
   ExpectSameAttention(b, 16, 1, 128, 8, small, 160);    // a full group of 16
+  ExpectSameAttention(b, 2, 2, 64, 8, small, 160);      // a group of one
+  std::vector<int64_t> first(17);
+  std::iota(first.begin(), first.end(), 0);
+  ExpectSameAttention(b, 4, 2, 64, 8, first, 17);        // 17 queries: the fewest that take it
 }
 
 TEST(AttentionCuda, PrefillGroupsPastSixteenTakeTheQueryKernel) {

@@ -24,6 +24,7 @@ struct GroupShared {
   float o[kRows][kDh + 4];              // the running output, rescaled as the maximum moves
   float m[kRows], l[kRows], corr[kRows];
 };
+static_assert(sizeof(GroupShared<256>) <= 48 * 1024, "static shared memory is at most 48 KB a block");
 
 // Block (query t, KV head): flash-style online softmax over the query's attended tokens, 16 at
 // a time. Q·Kᵀ splits head_dim over the warps (partial sums added through shared memory); P·V
@@ -95,9 +96,9 @@ __global__ void __launch_bounds__(kWarps * kWarp)
       float sum = 0;
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const float p = sc[j] == -INFINITY ? 0.0f : __expf(sc[j] - m_new);
-        s.p[r][c + j] = __float2half(p);
-        sum += p;
+        const __half p = __float2half(sc[j] == -INFINITY ? 0.0f : __expf(sc[j] - m_new));
+        s.p[r][c + j] = p;
+        sum += __half2float(p);  // the normalizer sums what P·V multiplies
       }
       for (int x = 1; x < 8; x <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, x);
       __syncwarp();  // every lane has read m[r] before it changes

@@ -109,6 +109,8 @@ __global__ void __launch_bounds__(kWarps * kWarp)
     GdnChunkKernel(const __half* __restrict__ qkv, const float* __restrict__ beta, const float* __restrict__ g,
                    float* state, __half* __restrict__ o, int64_t T, int64_t Hk, int64_t Hv, int64_t dv) {
   constexpr int kLd = kDk + 1, kRowsPerWarp = kDk / kWarps, kPerThread = kChunk * kCols / (kWarps * kWarp);
+  static_assert(kChunk == kWarp, "the Γ scan and the forward solve give each chunk row a lane");
+  static_assert(kDk % kWarps == 0 && kChunk * kCols % (kWarps * kWarp) == 0, "rows and columns split evenly");
   extern __shared__ float smem[];
   float* S = smem;                         // [kDk][kCols + 1]
   float* Qs = S + kDk * (kCols + 1);       // [kChunk][kLd]
@@ -131,7 +133,7 @@ __global__ void __launch_bounds__(kWarps * kWarp)
     for (int idx = threadIdx.x; idx < kChunk * kDk; idx += blockDim.x) {
       const int i = idx / kDk, c = idx % kDk;
       const bool in = c0 + i < T;
-      const __half* row = qkv + (c0 + i) * width;
+      const __half* row = qkv + (in ? c0 + i : 0) * width;
       Qs[i * kLd + c] = in ? __half2float(row[kh * kDk + c]) : 0.0f;
       Ks[i * kLd + c] = in ? __half2float(row[Hk * kDk + kh * kDk + c]) : 0.0f;
     }

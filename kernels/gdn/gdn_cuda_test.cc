@@ -46,6 +46,7 @@ INSTANTIATE_TEST_SUITE_P(Geometries, GdnCuda,
                          ::testing::Values(Geometry{16, 48, 128, 128},  // TP1
                                            Geometry{8, 24, 128, 128},   // TP2
                                            Geometry{4, 12, 128, 128},   // TP4
+                                           Geometry{4, 8, 64, 128},     // dk 64
                                            Geometry{4, 8, 16, 16},      // tiny: dv below one warp
                                            Geometry{2, 6, 32, 48}));    // dv not a multiple of 32
 
