@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What the server path adds per token: TPOT through q38-server (measured by the q38 client)
 # against TPOT of the model runner's own decode loop (q38-bench-model), same tiny model, same TP,
-# same machine, alternating the two within one run. Prints each round and the medians. Above TP1
+# same machine, alternating the two within one run. Prints each round, the medians, and the
+# median of the rounds' differences with a 95% interval. Above TP1
 # the runner's ranks meet over Gloo on loopback (--cpu_comm gloo) as the server's worker
 # processes do, so the difference is the server path and not the transport.
 # Usage: scripts/bench-server-overhead.sh [rounds=5] [tp=1]
@@ -38,3 +39,19 @@ done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 mr=$(median "${runner[@]}") ms=$(median "${server[@]}")
 awk -v r="$mr" -v s="$ms" -v tp="$tp" 'BEGIN {printf "TP%d median runner TPOT %.3f ms, server TPOT %.3f ms, server path adds %.3f ms (%.1f%%)\n", tp, r, s, s - r, 100 * (s - r) / r}'
+# The rounds pair the two measurements in time, so drift of the machine cancels in each round's
+# difference. The median difference, with a distribution-free 95% interval from the order
+# statistics (binomial, p = 1/2), as a share of the runner's median TPOT.
+for i in "${!runner[@]}"; do echo "${server[$i]} ${runner[$i]}"; done | awk '{print $1 - $2}' | sort -g |
+  awk -v r="$mr" -v tp="$tp" '
+    function choose(n, k,  c, i) { c = 1; for (i = 1; i <= k; i++) c = c * (n - k + i) / i; return c }
+    { d[NR] = $1 }
+    END {
+      n = NR; med = (n % 2) ? d[(n + 1) / 2] : (d[n / 2] + d[n / 2 + 1]) / 2
+      # the largest j with P(Binomial(n, 1/2) < j) <= 2.5%: [d_j, d_(n+1-j)] covers the median
+      j = 0; cum = 0
+      for (k = 0; k < n; k++) { cum += choose(n, k) / 2 ^ n; if (cum > 0.025) break; j = k + 1 }
+      if (j < 1) { printf "TP%d paired: median difference %.3f ms (%.1f%%); too few rounds for a 95%% interval\n", tp, med, 100 * med / r; exit }
+      printf "TP%d paired: median difference %.3f ms (%.1f%%), 95%% interval [%.3f, %.3f] ms ([%.1f%%, %.1f%%]) over %d rounds\n",
+        tp, med, 100 * med / r, d[j], d[n + 1 - j], 100 * d[j] / r, 100 * d[n + 1 - j] / r, n
+    }'

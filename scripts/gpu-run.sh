@@ -3,7 +3,7 @@
 # references, the model against the CPU FP32 reference at TP1 and TP2, decode graphs against eager
 # runs, the server end to end on GPUs (and that stopping it gives the memory back), and the
 # measurements; with Q38_EVAL_SMALL, Q38_FULL_SIZE and Q38_PROFILE also the small model's
-# evaluation on GPUs, the full-size speed and the decode kernel profile. (The SM70 legality check
+# evaluation on GPUs, the full-size speed and the decode and prefill kernel profiles. (The SM70 legality check
 # runs where the sources build: CTest's Sm70Legality.)
 # Runs from the repository root on binaries packed by scripts/pack-gpu-run.sh (nothing is built
 # here); a few files go to $OUT (default out/gpu): summary.txt, tests.log, bench.log,
@@ -60,7 +60,7 @@ if [[ -n "${Q38_FULL_SIZE:-}" ]]; then
   bash scripts/gpu-full-size.sh "$packed" "$out" | tee -a "$summary"
 fi
 if [[ -n "${Q38_PROFILE:-}" ]]; then
-  bash scripts/gpu-decode-profile.sh "$packed" "$out" "${Q38_PROFILE_TIMEOUT_S:-200}" | tee -a "$summary"
+  bash scripts/gpu-kernel-profile.sh "$packed" "$out" "${Q38_PROFILE_TIMEOUT_S:-200}" | tee -a "$summary"
 fi
 rm -rf "$ckpt" "$out/bench.log.tmp"
 note "overall: $([[ $failed -eq 0 ]] && echo PASS || echo FAIL)"

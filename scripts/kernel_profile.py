@@ -3,7 +3,10 @@
 kernel and per model step: the kernels from the first step marker on (the weight fill before it
 is left out), divided by the number of markers, so each row is one step's share.
 
-  scripts/kernel_profile.py PROFILE.csv --step_marker EmbedStreams [--top 25]
+  scripts/kernel_profile.py PROFILE.csv --step_marker EmbedStreams [--top 25] [--period N --pick I]
+
+With --period N, the steps are taken in runs of N and only the I-th of each run is kept: a
+prefill followed by a decode step, profiled twice, is --period 2 --pick 0 for the prefills.
 """
 
 import argparse
@@ -39,13 +42,24 @@ def main():
     ap.add_argument("csv")
     ap.add_argument("--step_marker", required=True, help="a kernel that runs once at the start of every step")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--period", type=int, default=1, help="steps per run")
+    ap.add_argument("--pick", type=int, default=0, help="the step of each run to keep, 0-based")
     args = ap.parse_args()
+    if not 0 <= args.pick < args.period:
+        sys.exit("--pick must be in [0, --period)")
     kernels = [(short(n), t) for n, t in rows(args.csv)]
     first = next((i for i, (n, _) in enumerate(kernels) if args.step_marker in n), None)
     if first is None:
         sys.exit(f"no {args.step_marker} kernel among {len(kernels)}")
-    kernels = kernels[first:]
+    kept, step = [], -1
+    for n, t in kernels[first:]:
+        step += args.step_marker in n
+        if step % args.period == args.pick:
+            kept.append((n, t))
+    kernels = kept
     steps = sum(args.step_marker in n for n, _ in kernels)
+    if steps == 0:
+        sys.exit(f"no step {args.pick} of a run of {args.period}")
     time, count = collections.Counter(), collections.Counter()
     for n, t in kernels:
         time[n] += t

@@ -53,6 +53,16 @@ class KernelProfile(unittest.TestCase):
         self.assertEqual(rows["GemvKernel<true>"], ["1.0", "8.0", "26.7%"])
         self.assertNotIn("FillRandomKernel", rows)
 
+    def test_keeps_one_step_of_each_run(self):
+        # Steps alternate: even ones hold the 30 µs GateUp, odd ones the 10 µs one.
+        p = self.run_script(CSV, "--step_marker", "EmbedStreams", "--period", "2", "--pick", "0")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.splitlines()[0], "1 steps, 3 kernels and 0.04 ms of kernel time per step")
+        p = self.run_script(CSV, "--step_marker", "EmbedStreams", "--period", "2", "--pick", "1")
+        self.assertEqual(p.stdout.splitlines()[0], "1 steps, 3 kernels and 0.02 ms of kernel time per step")
+        self.assertNotEqual(self.run_script(CSV, "--step_marker", "EmbedStreams", "--period", "2",
+                                            "--pick", "2").returncode, 0)
+
     def test_refuses_a_file_without_the_header_or_the_marker(self):
         self.assertNotEqual(self.run_script("not a profile\n", "--step_marker", "X").returncode, 0)
         p = self.run_script(CSV, "--step_marker", "NoSuchKernel")
