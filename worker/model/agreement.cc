@@ -1,0 +1,97 @@
+#include "worker/model/agreement.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "common/status.h"
+#include "worker/comm/communicator.h"
+#include "worker/model/weights.h"
+
+namespace q38 {
+
+std::vector<int32_t> ProbeSequence(int64_t n, const ModelConfig& config) {
+  const int64_t spread = std::min<int64_t>(config.vocab_size, 1000);
+  std::vector<int32_t> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 7919 + 11) % spread);
+  if (n > 0 && !config.eos_token_ids.empty()) ids[n / 2] = static_cast<int32_t>(config.eos_token_ids[0]);
+  return ids;
+}
+
+absl::StatusOr<std::vector<float>> TeacherForcedLogits(Model& model, const std::vector<int32_t>& ids, int64_t prefill,
+                                                       const std::function<void(Buffer&)>& after_step) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (prefill < 1 || prefill > n) return absl::InvalidArgumentError("prefill must be within the sequence");
+  SequenceState state = model.NewSequence(n);
+  std::vector<float> all;
+  absl::StatusOr<Buffer> local = model.Forward({ids.begin(), ids.begin() + prefill}, state, prefill);
+  for (int64_t i = prefill;; ++i) {
+    if (!local.ok()) return local.status();
+    absl::StatusOr<std::vector<float>> logits = model.GatherLogits(*local);
+    if (!logits.ok()) return logits.status();
+    all.insert(all.end(), logits->begin(), logits->end());
+    if (after_step) after_step(*local);
+    if (i == n) break;
+    local = model.Forward({ids[i]}, state);
+  }
+  return all;
+}
+
+absl::StatusOr<std::vector<float>> TeacherForcedOnBackend(const ModelConfig& config, const TensorStore& store,
+                                                          Backend& backend, const std::vector<int32_t>& ids,
+                                                          int64_t prefill) {
+  auto comm = MakeInProcessGroup(1);
+  ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(config, store, backend, {0, 1}));
+  Model model(config, std::move(weights), backend, *comm[0], {});
+  return TeacherForcedLogits(model, ids, prefill);
+}
+
+Agreement CompareLogits(const std::vector<float>& got, const std::vector<float>& reference, int64_t vocab) {
+  Agreement a;
+  if (vocab <= 0 || got.size() != reference.size() || got.empty()) return a;
+  a.positions = static_cast<int64_t>(reference.size()) / vocab;
+  int64_t agree = 0, decided_agree = 0;
+  std::vector<double> errors;
+  for (int64_t p = 0; p < a.positions; ++p) {
+    const float* g = got.data() + p * vocab;
+    const float* r = reference.data() + p * vocab;
+    const int64_t top = std::max_element(r, r + vocab) - r;
+    float second = -INFINITY, scale = 0;
+    double err = 0, norm = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      if (v != top) second = std::max(second, r[v]);
+      scale = std::max(scale, std::fabs(r[v]));
+      a.finite = a.finite && std::isfinite(g[v]);
+      err += (static_cast<double>(g[v]) - r[v]) * (static_cast<double>(g[v]) - r[v]);
+      norm += static_cast<double>(r[v]) * r[v];
+    }
+    const bool same = std::max_element(g, g + vocab) - g == top;
+    agree += same;
+    if (r[top] - second > 0.01f * scale) {
+      ++a.decided_positions;
+      decided_agree += same;
+    }
+    errors.push_back(norm > 0 ? std::sqrt(err / norm) : std::sqrt(err));
+    if (p == a.positions - 1) {
+      double diff = 0;
+      for (int64_t v = 0; v < vocab; ++v) diff = std::max(diff, std::fabs(static_cast<double>(g[v]) - r[v]));
+      a.final_rel_error = scale > 0 ? diff / scale : diff;
+    }
+  }
+  std::sort(errors.begin(), errors.end());
+  a.top1 = static_cast<double>(agree) / a.positions;
+  a.top1_decided = a.decided_positions ? static_cast<double>(decided_agree) / a.decided_positions : 1.0;
+  a.median_rel_error = errors[errors.size() / 2];
+  a.p90_rel_error = errors[errors.size() * 9 / 10];
+  return a;
+}
+
+std::string Describe(const Agreement& a) {
+  return absl::StrFormat(
+      "top-1 agreement %.4f over %d positions, %.4f over the %d with a margin above 1%%; logits relative error "
+      "median %.2e, p90 %.2e, final position %.3e",
+      a.top1, a.positions, a.top1_decided, a.decided_positions, a.median_rel_error, a.p90_rel_error,
+      a.final_rel_error);
+}
+
+}  // namespace q38

@@ -1,0 +1,50 @@
+// How closely one run's logits follow a reference's, position by position: the measures the GPU
+// tests and the precision study (q38-precision-study) report.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/checkpoint/tensor_store.h"
+#include "worker/model/qwen4_exp.h"
+
+namespace q38 {
+
+// A fixed probe sequence of n tokens: ids (i·7919 + 11) mod min(vocab, 1000), spread over the
+// vocabulary, with the first EOS id at n/2 (it cuts the PLE n-gram history).
+std::vector<int32_t> ProbeSequence(int64_t n, const ModelConfig& config);
+
+// Logits [positions, vocab] at every position of `ids`: a prefill of `prefill` tokens (the last
+// prefill token's logits first), then one token at a time, each fed the reference token (teacher
+// forcing). after_step runs on each step's logits buffer once they have been read.
+absl::StatusOr<std::vector<float>> TeacherForcedLogits(Model& model, const std::vector<int32_t>& ids, int64_t prefill,
+                                                       const std::function<void(Buffer&)>& after_step = {});
+
+// The same on one rank of `backend` with the checkpoint's weights (TP1, no collectives): the
+// CPU references, FP32 or under FP16-contract emulation.
+absl::StatusOr<std::vector<float>> TeacherForcedOnBackend(const ModelConfig& config, const TensorStore& store,
+                                                          Backend& backend, const std::vector<int32_t>& ids,
+                                                          int64_t prefill);
+
+struct Agreement {
+  int64_t positions = 0;
+  double top1 = 0;             // share of positions whose largest logit is the reference's
+  // A random model's top two logits are often nearly tied, and there a rounding decides a coin
+  // flip: the same share over positions whose reference margin (top-1 minus top-2) exceeds 1%
+  // of the position's largest logit magnitude.
+  double top1_decided = 0;
+  int64_t decided_positions = 0;
+  double final_rel_error = 0;  // max |Δ| / max |reference| over the last position's logits
+  double median_rel_error = 0, p90_rel_error = 0;  // per position: ‖Δ‖₂ / ‖reference‖₂
+  bool finite = true;          // every logit finite
+};
+
+// got and reference: [positions, vocab], the same shape.
+Agreement CompareLogits(const std::vector<float>& got, const std::vector<float>& reference, int64_t vocab);
+
+std::string Describe(const Agreement& a);
+
+}  // namespace q38

@@ -1,0 +1,78 @@
+// q38-precision-study: what the GPU's precision contract costs by itself. Runs a checkpoint on
+// the CPU twice, in FP32 and under FP16-contract emulation (kernels/fp16_emulation.h), teacher-
+// forced over a probe sequence, and reports how closely the emulated logits follow FP32. With
+// --sweep, one row per op with only that op's outputs rounded.
+#include <algorithm>
+#include <iostream>
+#include <set>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status.h"
+#include "kernels/fp16_emulation.h"
+#include "worker/model/agreement.h"
+#include "worker/checkpoint/tensor_store.h"
+
+ABSL_FLAG(std::string, model, "", "checkpoint directory (q38-make-checkpoint writes random ones)");
+ABSL_FLAG(int64_t, positions, 600, "probe sequence length");
+ABSL_FLAG(int64_t, prefill, 64, "tokens prefilled at once before the token-by-token steps");
+ABSL_FLAG(std::string, exact_ops, "", "comma-separated ops whose outputs stay FP32");
+ABSL_FLAG(bool, sweep, false, "also one run per op with only that op's outputs rounded");
+
+namespace q38 {
+namespace {
+
+absl::Status Main() {
+  const std::string dir = absl::GetFlag(FLAGS_model);
+  if (dir.empty()) return absl::InvalidArgumentError("--model is required");
+  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<TensorStore> store, TensorStore::Open(dir));
+  const std::vector<int32_t> ids = ProbeSequence(absl::GetFlag(FLAGS_positions), config);
+  const int64_t prefill = absl::GetFlag(FLAGS_prefill);
+  const std::vector<std::string>& ops = Fp16EmulationOps();
+  std::set<std::string> exact;
+  for (absl::string_view op : absl::StrSplit(absl::GetFlag(FLAGS_exact_ops), ',', absl::SkipEmpty())) {
+    if (std::find(ops.begin(), ops.end(), op) == ops.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("--exact_ops: no op ", op, " (", absl::StrJoin(ops, ", "), ")"));
+    }
+    exact.emplace(op);
+  }
+  auto cpu = MakeCpuBackend();
+  ASSIGN_OR_RETURN(const std::vector<float> reference, TeacherForcedOnBackend(config, *store, *cpu, ids, prefill));
+  const auto study = [&](const std::set<std::string>& exact_ops) -> absl::StatusOr<Agreement> {
+    auto emulated = MakeFp16EmulationBackend(exact_ops);
+    ASSIGN_OR_RETURN(const std::vector<float> got, TeacherForcedOnBackend(config, *store, *emulated, ids, prefill));
+    return CompareLogits(got, reference, config.vocab_size);
+  };
+  ASSIGN_OR_RETURN(const Agreement all, study(exact));
+  std::cout << "FP16 contract" << (exact.empty() ? "" : " (exact: " + absl::StrJoin(exact, ",") + ")")
+            << " against FP32: " << Describe(all) << "\n";
+  if (!absl::GetFlag(FLAGS_sweep)) return absl::OkStatus();
+  std::cout << "only this op rounded          top-1    decided  median err  p90 err\n";
+  for (const std::string& op : ops) {
+    std::set<std::string> others(ops.begin(), ops.end());
+    others.erase(op);
+    ASSIGN_OR_RETURN(const Agreement a, study(others));
+    printf("%-28s %7.4f %9.4f %11.2e %9.2e\n", op.c_str(), a.top1, a.top1_decided, a.median_rel_error,
+           a.p90_rel_error);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace q38
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "The FP16 contract against FP32 on the CPU: q38-precision-study --model DIR [--sweep] [--exact_ops Linear,...]");
+  absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = q38::Main(); !s.ok()) {
+    std::cerr << "q38-precision-study: " << s << "\n";
+    return 2;
+  }
+  return 0;
+}

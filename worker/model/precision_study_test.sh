@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# q38-precision-study end to end on a tiny checkpoint: the contract's agreement with FP32 comes
+# out within (0, 1], an op left exact is named, and bad input is refused with exit 2.
+# Usage: precision_study_test.sh Q38_MAKE_CHECKPOINT Q38_PRECISION_STUDY
+set -euo pipefail
+make=$1 study=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+"$make" --out "$dir/tiny" --seed 3 > /dev/null
+out=$("$study" --model "$dir/tiny" --positions 80 --prefill 16 --exact_ops Linear)
+echo "$out"
+echo "$out" | grep -Eq '^FP16 contract \(exact: Linear\) against FP32: top-1 agreement (0\.[0-9]*[1-9][0-9]*|1\.0000) over 80 positions'
+set +e
+err=$("$study" --model "$dir/tiny" --exact_ops Nope 2>&1); rc=$?
+set -e
+[[ $rc -eq 2 && $err == *"--exact_ops: no op Nope"* ]] || { echo "bad op: rc $rc: $err"; exit 1; }
+err=$("$study" --model "$dir/missing" 2>&1) && { echo "a missing checkpoint was accepted"; exit 1; }
+[[ $err == *"cannot open"* ]] || { echo "missing checkpoint: $err"; exit 1; }
+echo "precision study: ok"
