@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kRouterTokensPerBlock * kWarp)
 // eight FP32 inputs; LoadTile8 writes them as FP16 without the per-expert global scale (E2M1 ×
 // E4M3 has at most 6 significant bits within FP16's normal range, so it is exact), which Global
 // gives. e2m1 is the 16 code values in shared memory: one table read per weight instead of a
-// decode of its bits (the decode GEMV is bound by instructions, not by its 4-bit loads).
+// decode of its bits, which cost about ten instructions per 4-bit weight.
 struct Nvfp4Rows {
   const uint8_t* codes;
   const uint8_t* scales;
