@@ -94,10 +94,10 @@ class TinyOnGpu : public ::testing::Test {
 
   // The target is ≥ 99% top-1 agreement with the FP32 reference over ≥ 512 positions.
   // But this random model's expert routing and block selection turn any FP16 rounding into coin
-  // flips: the CPU under FP16-contract emulation, which no GPU can beat, reaches 96.5% on the
-  // sparse case (docs/precision.md). So the bar is 99%, or where the contract itself falls
-  // short, the emulation's own agreement less 1.5 points. Agreement with the emulation is
-  // printed alongside.
+  // flips: the CPU under FP16-contract emulation, which a GPU beats only by chance, reaches
+  // 96.5% on the sparse case (docs/precision.md). So the bar is 99%, or where the contract
+  // itself falls short, the emulation's own agreement less 1.5 points. Agreement with the
+  // emulation is printed alongside.
   static void ExpectAgreement(int tp) {
     for (int64_t budget : {kDense, kSparse}) {
       const Reference& ref = ReferenceFor(budget);
