@@ -200,6 +200,14 @@ double MetricValue(int port, const std::string& name) {
   return at == std::string::npos ? -1.0 : std::stod(text.substr(at + name.size() + 2));
 }
 
+bool WaitForMetric(int metrics_port, const std::string& name, double value, int timeout_ms) {
+  for (int waited = 0; waited <= timeout_ms; waited += 20) {
+    if (MetricValue(metrics_port, name) == value) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 bool WaitForIdle(int metrics_port, int timeout_ms) {
   for (int waited = 0; waited <= timeout_ms; waited += 50) {
     if (MetricValue(metrics_port, "q38_num_requests_running") == 0 &&

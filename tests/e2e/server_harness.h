@@ -24,7 +24,7 @@ struct ServerOptions {
   int queue_size = 4;
   int drain_timeout_s = 10;
   std::string restart_policy = "exit";
-  int comm_timeout_ms = 3000;
+  int comm_timeout_ms = 10000;  // the server's default: two e2e servers may share two cores
   std::vector<std::string> extra_flags;
   std::string server_binary = Q38_SERVER_PATH;
   std::string worker_binary = Q38_WORKER_PATH;  // empty: the server picks (a bundle's own)
@@ -87,5 +87,8 @@ std::string HttpGet(int port, const std::string& path);
 double MetricValue(int port, const std::string& name);
 // Waits until no request runs or waits, by the server's own gauges.
 bool WaitForIdle(int metrics_port, int timeout_ms);
+// Waits until the gauge `name` reads `value` (requests admitted, queued): a loaded machine may
+// take a while to get a request that far, so tests wait for the state instead of sleeping.
+bool WaitForMetric(int metrics_port, const std::string& name, double value, int timeout_ms);
 
 }  // namespace q38::e2e

@@ -145,7 +145,7 @@ TEST_F(ServerTest, ClientCancelStopsWithinAStep) {
   const auto t0 = std::chrono::steady_clock::now();
   Streamed next = Generate(server_->api(), TokensRequest(kPrompt, 2));
   EXPECT_TRUE(next.status.ok()) << next.status.error_message();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));  // not 2000 tokens (~200 s)
   EXPECT_NE(HttpGet(server_->metrics_port(), "/metrics").find("q38_requests_cancelled_total{by=\"client\"} 1"), std::string::npos);
 }
 
@@ -174,7 +174,7 @@ TEST_F(ServerTest, FullQueueIsResourceExhausted) {
       ASSERT_TRUE(readers[0]->Read(&first));  // running
     }
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(WaitForMetric(server_->metrics_port(), "q38_num_requests_waiting", 4, 10000));
   Streamed refused = Generate(server_->api(), TokensRequest(kPrompt, 2));
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.status.error_message();
   for (auto& c : ctxs) c->TryCancel();
@@ -301,7 +301,7 @@ TEST(ServerLifecycle, SigtermDrainsInFlightThenExitsCleanly) {
   req.set_ignore_eos(true);
   Streamed out;
   std::thread client([&] { out = Generate(s.api(), req); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_TRUE(WaitForMetric(s.metrics_port(), "q38_num_requests_running", 1, 10000));  // admitted
   EXPECT_EQ(s.SignalAndWait(SIGTERM), 0);
   client.join();
   EXPECT_TRUE(out.status.ok()) << out.status.error_message();
@@ -316,7 +316,7 @@ TEST(ServerLifecycle, DrainDeadlineCancelsWhatIsLeft) {
   req.set_ignore_eos(true);
   Streamed out;
   std::thread client([&] { out = Generate(s.api(), req); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(WaitForMetric(s.metrics_port(), "q38_num_requests_running", 1, 10000));  // admitted
   EXPECT_EQ(s.SignalAndWait(SIGTERM), 0);
   client.join();
   EXPECT_EQ(out.status.error_code(), grpc::StatusCode::CANCELLED) << out.status.error_message();
@@ -367,7 +367,7 @@ TEST(ServerLifecycle, WorkerKilledMidStreamIsUnavailableAndLeavesNoOrphans) {
   ASSERT_EQ(workers.size(), 4u);
   const auto [code, took] = SignalWorkerMidStream(s, workers[2], SIGKILL);
   EXPECT_EQ(code, grpc::StatusCode::UNAVAILABLE);
-  EXPECT_LT(took, std::chrono::seconds(3));
+  EXPECT_LT(took, std::chrono::seconds(5));
   EXPECT_EQ(s.SignalAndWait(0), 4);  // policy exit: the server goes down non-zero
   EXPECT_TRUE(AllGone(workers, 3000));
   EXPECT_NE(ReadLog(s).find("rank 2"), std::string::npos);
@@ -375,14 +375,14 @@ TEST(ServerLifecycle, WorkerKilledMidStreamIsUnavailableAndLeavesNoOrphans) {
 }
 
 TEST(ServerLifecycle, StuckCollectiveFailsTheRequestInsteadOfHanging) {
-  Server s({.comm_timeout_ms = 2000});
+  Server s({.comm_timeout_ms = 5000});
   ASSERT_TRUE(s.ready());
   const auto workers = s.WorkerPids();
   ASSERT_EQ(workers.size(), 4u);
   // A frozen rank: its peers' collectives time out, they fail the request and leave.
   const auto [code, took] = SignalWorkerMidStream(s, workers[3], SIGSTOP);
   EXPECT_EQ(code, grpc::StatusCode::UNAVAILABLE);
-  EXPECT_LT(took, std::chrono::seconds(10));
+  EXPECT_LT(took, std::chrono::seconds(20));
   EXPECT_EQ(s.SignalAndWait(0), 4);
   kill(workers[3], SIGCONT);
   EXPECT_TRUE(AllGone(workers, 3000));

@@ -114,7 +114,7 @@ TEST(Comm, GlooCollectiveWithADeadPeerFails) {
   // (Exiting before rank 0's own connect finishes would fail the connect instead.)
   const std::string connected = dir + "/rank0-connected";
   auto codes = OnProcesses(2, [&](int r) {
-    auto c = ConnectGloo({.rank = r, .size = 2, .store_dir = dir, .prefix = "dead", .timeout_ms = 2000});
+    auto c = ConnectGloo({.rank = r, .size = 2, .store_dir = dir, .prefix = "dead", .timeout_ms = 10000});
     if (!c.ok()) return 3;
     if (r == 1) {
       for (int i = 0; i < 1000 && !std::filesystem::exists(connected); ++i) usleep(10'000);
