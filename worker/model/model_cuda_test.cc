@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "common/status.h"
-#include "worker/checkpoint/test_files.h"
 #include "kernels/fp16_emulation.h"
+#include "worker/checkpoint/test_files.h"
 #include "worker/model/agreement.h"
 #include "worker/model/checkpoint_generator.h"
 #include "worker/model/local_group.h"
@@ -71,8 +71,9 @@ class TinyOnGpu : public ::testing::Test {
     o.model.decode_graph = graph;
     absl::Status s = RunLocalGroup(ref.config, *ref.store, tp, [&](Model& m) -> absl::Status {
       // Each step's output is poisoned once read: a replay that skipped writing it would show.
+      const auto poison = [&](Buffer& b) { m.backend().Fill(b.t(), NAN); };
       ASSIGN_OR_RETURN(std::vector<float> all,
-                       TeacherForcedLogits(m, ProbeSequence(kPositions, ref.config), kPrefill, [&](Buffer& b) { m.backend().Fill(b.t(), NAN); }));
+                       TeacherForcedLogits(m, ProbeSequence(kPositions, ref.config), kPrefill, poison));
       if (m.comm().rank() == 0) out = std::move(all);
       return absl::OkStatus();
     }, o);
