@@ -616,7 +616,7 @@ TEST(MetricsServe, StopsPromptlyAndFreesThePort) {
   auto start = std::chrono::steady_clock::now();
   m.reset();
   auto stop_time = std::chrono::steady_clock::now() - start;
-  EXPECT_LT(stop_time, std::chrono::milliseconds(1500));  // the stall this catches is 2 s
+  EXPECT_LT(stop_time, std::chrono::milliseconds(500));
   EXPECT_FALSE(HttpGet(*port, "/metrics").has_value()) << "port " << *port << " still served";
 }
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -200,23 +201,28 @@ double MetricValue(int port, const std::string& name) {
   return at == std::string::npos ? -1.0 : std::stod(text.substr(at + name.size() + 2));
 }
 
-bool WaitForMetric(int metrics_port, const std::string& name, double value, int timeout_ms) {
+namespace {
+
+// Polls `done` every 20 ms for up to timeout_ms.
+bool WaitUntil(const std::function<bool()>& done, int timeout_ms) {
   for (int waited = 0; waited <= timeout_ms; waited += 20) {
-    if (MetricValue(metrics_port, name) == value) return true;
+    if (done()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
 }
 
+}  // namespace
+
+bool WaitForMetric(int metrics_port, const std::string& name, double value, int timeout_ms) {
+  return WaitUntil([&] { return MetricValue(metrics_port, name) == value; }, timeout_ms);
+}
+
 bool WaitForIdle(int metrics_port, int timeout_ms) {
-  for (int waited = 0; waited <= timeout_ms; waited += 50) {
-    if (MetricValue(metrics_port, "q38_num_requests_running") == 0 &&
-        MetricValue(metrics_port, "q38_num_requests_waiting") == 0) {
-      return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
+  return WaitUntil([&] {
+    return MetricValue(metrics_port, "q38_num_requests_running") == 0 &&
+           MetricValue(metrics_port, "q38_num_requests_waiting") == 0;
+  }, timeout_ms);
 }
 
 }  // namespace q38::e2e

@@ -145,7 +145,7 @@ TEST_F(ServerTest, ClientCancelStopsWithinAStep) {
   const auto t0 = std::chrono::steady_clock::now();
   Streamed next = Generate(server_->api(), TokensRequest(kPrompt, 2));
   EXPECT_TRUE(next.status.ok()) << next.status.error_message();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));  // not 2000 tokens (~200 s)
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   EXPECT_NE(HttpGet(server_->metrics_port(), "/metrics").find("q38_requests_cancelled_total{by=\"client\"} 1"), std::string::npos);
 }
 
@@ -367,7 +367,7 @@ TEST(ServerLifecycle, WorkerKilledMidStreamIsUnavailableAndLeavesNoOrphans) {
   ASSERT_EQ(workers.size(), 4u);
   const auto [code, took] = SignalWorkerMidStream(s, workers[2], SIGKILL);
   EXPECT_EQ(code, grpc::StatusCode::UNAVAILABLE);
-  EXPECT_LT(took, std::chrono::seconds(5));
+  EXPECT_LT(took, std::chrono::seconds(3));
   EXPECT_EQ(s.SignalAndWait(0), 4);  // policy exit: the server goes down non-zero
   EXPECT_TRUE(AllGone(workers, 3000));
   EXPECT_NE(ReadLog(s).find("rank 2"), std::string::npos);
@@ -375,14 +375,14 @@ TEST(ServerLifecycle, WorkerKilledMidStreamIsUnavailableAndLeavesNoOrphans) {
 }
 
 TEST(ServerLifecycle, StuckCollectiveFailsTheRequestInsteadOfHanging) {
-  Server s({.comm_timeout_ms = 5000});
+  Server s({.comm_timeout_ms = 2000});
   ASSERT_TRUE(s.ready());
   const auto workers = s.WorkerPids();
   ASSERT_EQ(workers.size(), 4u);
   // A frozen rank: its peers' collectives time out, they fail the request and leave.
   const auto [code, took] = SignalWorkerMidStream(s, workers[3], SIGSTOP);
   EXPECT_EQ(code, grpc::StatusCode::UNAVAILABLE);
-  EXPECT_LT(took, std::chrono::seconds(20));
+  EXPECT_LT(took, std::chrono::seconds(10));
   EXPECT_EQ(s.SignalAndWait(0), 4);
   kill(workers[3], SIGCONT);
   EXPECT_TRUE(AllGone(workers, 3000));

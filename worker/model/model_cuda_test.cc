@@ -4,7 +4,6 @@
 // Skipped where no GPU (or, for TP2, no second GPU) is visible.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -12,8 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "common/status.h"
-#include "worker/checkpoint/test_files.h"
 #include "kernels/fp16_emulation.h"
+#include "worker/checkpoint/test_files.h"
 #include "worker/model/agreement.h"
 #include "worker/model/checkpoint_generator.h"
 #include "worker/model/local_group.h"
@@ -72,8 +71,9 @@ class TinyOnGpu : public ::testing::Test {
     o.model.decode_graph = graph;
     absl::Status s = RunLocalGroup(ref.config, *ref.store, tp, [&](Model& m) -> absl::Status {
       // Each step's output is poisoned once read: a replay that skipped writing it would show.
+      const auto poison = [&](Buffer& b) { m.backend().Fill(b.t(), NAN); };
       ASSIGN_OR_RETURN(std::vector<float> all,
-                       TeacherForcedLogits(m, ProbeSequence(kPositions, ref.config), kPrefill, [&](Buffer& b) { m.backend().Fill(b.t(), NAN); }));
+                       TeacherForcedLogits(m, ProbeSequence(kPositions, ref.config), kPrefill, poison));
       if (m.comm().rank() == 0) out = std::move(all);
       return absl::OkStatus();
     }, o);
@@ -92,22 +92,22 @@ class TinyOnGpu : public ::testing::Test {
     return a;
   }
 
-  // The target is ≥ 99% top-1 agreement with the FP32 reference over ≥ 512 positions.
-  // But this random model's expert routing and block selection turn any FP16 rounding into coin
-  // flips: the CPU under FP16-contract emulation, which a GPU beats only by chance, reaches
-  // 96.5% on the sparse case (docs/precision.md). So the bar is 99%, or where the contract
-  // itself falls short, the emulation's own agreement less 1.5 points. Agreement with the
-  // emulation is printed alongside.
+  // The target, ≥ 99% top-1 agreement with the FP32 reference over ≥ 512 positions, in
+  // every case. Printed alongside: what the FP16 contract itself reaches on the CPU (the
+  // emulation against FP32; 96.5% on the sparse case, docs/precision.md) and the GPU's agreement
+  // with that emulation, which tell a kernel fault from the contract's own cost.
   static void ExpectAgreement(int tp) {
     for (int64_t budget : {kDense, kSparse}) {
       const Reference& ref = ReferenceFor(budget);
       const std::string what = "TP" + std::to_string(tp) + (budget == kDense ? " dense" : " sparse");
       const std::vector<float> gpu = OnGpus(ref, tp, true);
       const Agreement fp32 = Agreed(ref, gpu, what);
-      const Agreement floor = CompareLogits(ref.contract, ref.logits, ref.config.vocab_size);
-      std::printf("%s, CPU FP16 contract against FP32: %s\n%s, GPU against the CPU FP16 contract: %s\n", what.c_str(),
-                  Describe(floor).c_str(), what.c_str(), Describe(CompareLogits(gpu, ref.contract, ref.config.vocab_size)).c_str());
-      EXPECT_GE(fp32.top1, std::min(0.99, floor.top1 - 0.015)) << what;
+      const int64_t V = ref.config.vocab_size;
+      std::printf("%s, CPU FP16 contract against FP32: %s\n", what.c_str(),
+                  Describe(CompareLogits(ref.contract, ref.logits, V)).c_str());
+      std::printf("%s, GPU against the CPU FP16 contract: %s\n", what.c_str(),
+                  Describe(CompareLogits(gpu, ref.contract, V)).c_str());
+      EXPECT_GE(fp32.top1, 0.99) << what;
     }
   }
 };

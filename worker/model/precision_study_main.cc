@@ -14,8 +14,8 @@
 #include "absl/strings/str_split.h"
 #include "common/status.h"
 #include "kernels/fp16_emulation.h"
-#include "worker/model/agreement.h"
 #include "worker/checkpoint/tensor_store.h"
+#include "worker/model/agreement.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory (q38-make-checkpoint writes random ones)");
 ABSL_FLAG(int64_t, positions, 600, "probe sequence length");
