@@ -51,7 +51,8 @@ done
 if [[ -n "${Q38_EVAL_SMALL:-}" ]]; then
   models=(--model nvfp4=models/small)
   [[ -n "${Q38_SMALL_BF16:-}" ]] && models+=(--model "bf16=$Q38_SMALL_BF16")
-  timeout 240 python3 train/eval_server.py "${models[@]}" --build "$packed/bin" --device cuda --tp 1,2 --n 100 \
+  tps=1; [[ $(nvidia-smi -L | wc -l) -ge 2 ]] && tps=1,2
+  timeout 240 python3 train/eval_server.py "${models[@]}" --build "$packed/bin" --device cuda --tp "$tps" --n 100 \
       --jobs 2 --out "$out/eval-small" > "$out/eval-small.log" 2>&1
   note "small model on GPUs: eval_server exit $? (eval-small/eval.md)"
   grep -E "^\| (arithmetic|copy|retrieval) \|" "$out/eval-small/eval.md" 2>/dev/null | tee -a "$summary"
