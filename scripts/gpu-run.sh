@@ -6,8 +6,8 @@
 # evaluation on GPUs, the full-size speed and the decode and prefill kernel profiles. (The SM70 legality check
 # runs where the sources build: CTest's Sm70Legality.)
 # Runs from the repository root on binaries packed by scripts/pack-gpu-run.sh (nothing is built
-# here); a few files go to $OUT (default out/gpu): summary.txt, tests.log, bench.log,
-# nvidia-smi.txt and the full-size run's files.
+# here); $OUT (default out/gpu) ends with summary.txt and results.tar.xz, which holds the rest:
+# tests.log, bench.log, nvidia-smi.txt, the evaluation's and the full-size run's files, the profiles.
 # Usage: scripts/gpu-run.sh [PACKED_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -38,10 +38,12 @@ for t in cuda_backend_test linear_cuda_test norm_cuda_test rope_cuda_test conv_c
 done
 rm -f "$out/test.log"
 
-# Measurements: the tiny model through the runner at TP1 and TP2 (graphs on), medians of 5.
+# Measurements: the tiny model through the runner at TP1 and TP2 where two GPUs are visible
+# (graphs on), medians of 5.
 ckpt="$out/tiny"
 "$packed/bin/q38-make-checkpoint" --out "$ckpt" --size tiny --seed 1 > /dev/null
-for tp in 1 2; do
+tps=1; [[ $(nvidia-smi -L | wc -l) -ge 2 ]] && tps="1 2"
+for tp in $tps; do
   "$packed/bin/q38-bench-model" --model "$ckpt" --device cuda --tp "$tp" --prompt_tokens 512 --decode_tokens 128 \
       --repeats 5 > "$out/bench.log.tmp" 2>&1 && note "tiny TP$tp: $(grep -E '^[0-9]' "$out/bench.log.tmp")"
   cat "$out/bench.log.tmp" >> "$out/bench.log"
@@ -51,7 +53,7 @@ done
 if [[ -n "${Q38_EVAL_SMALL:-}" ]]; then
   models=(--model nvfp4=models/small)
   [[ -n "${Q38_SMALL_BF16:-}" ]] && models+=(--model "bf16=$Q38_SMALL_BF16")
-  timeout 240 python3 train/eval_server.py "${models[@]}" --build "$packed/bin" --device cuda --tp 1,2 --n 100 \
+  timeout 240 python3 train/eval_server.py "${models[@]}" --build "$packed/bin" --device cuda --tp "${tps// /,}" --n 100 \
       --jobs 2 --out "$out/eval-small" > "$out/eval-small.log" 2>&1
   note "small model on GPUs: eval_server exit $? (eval-small/eval.md)"
   grep -E "^\| (arithmetic|copy|retrieval) \|" "$out/eval-small/eval.md" 2>/dev/null | tee -a "$summary"
@@ -64,4 +66,8 @@ if [[ -n "${Q38_PROFILE:-}" ]]; then
 fi
 rm -rf "$ckpt" "$out/bench.log.tmp"
 note "overall: $([[ $failed -eq 0 ]] && echo PASS || echo FAIL)"
+# The device tool brings back at most 8 files: all but the summary travel as one archive.
+archive=$(mktemp)
+tar cJf "$archive" -C "$out" --exclude=summary.txt . &&
+  find "$out" -mindepth 1 -maxdepth 1 ! -name summary.txt -exec rm -rf {} + && mv "$archive" "$out/results.tar.xz"
 exit $failed

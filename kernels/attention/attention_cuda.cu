@@ -1,4 +1,6 @@
 #include "kernels/attention/attention_cuda.h"
+#include "kernels/attention/attended_tokens.cuh"
+#include "kernels/attention/attention_prefill_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/rope/rope_device.cuh"
@@ -146,12 +148,6 @@ constexpr int kAttnWarps = 4;
 constexpr int64_t kTokensPerSplit = 64;
 constexpr int kMaxDhPerLane = 8;  // head_dim ≤ 256
 
-// The attended token i of a query: its selected blocks' tokens, then the tail [r·⌊(p+1)/r⌋, p].
-__device__ __forceinline__ int64_t AttendedToken(const int32_t* s, int64_t n_sel, int64_t ratio, int64_t tail,
-                                                 int64_t i) {
-  return i < n_sel * ratio ? static_cast<int64_t>(s[i / ratio]) * ratio + i % ratio : tail + (i - n_sel * ratio);
-}
-
 // Block (query t, head h, split): online softmax over the split's tokens, a warp per token at a
 // time; the warps merge, then the block writes the split's max, sum and unnormalized output
 // (or, with one split, the output itself).
@@ -164,11 +160,8 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp)
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   constexpr int per_lane = kPerLane;  // head_dim / 32, fixed so that qv and acc stay in registers
   const int64_t dh = d.head_dim, kvh = h / (d.q_heads / d.kv_heads);
-  const int32_t* s = sel + t * d.max_blocks;
-  int64_t n_sel = 0;
-  while (n_sel < d.max_blocks && s[n_sel] >= 0) ++n_sel;
-  const int64_t p = positions[t], tail = (p + 1) / d.ratio * d.ratio;
-  const int64_t total = n_sel * d.ratio + (p + 1 - tail);
+  const AttendedTokens att(sel + t * d.max_blocks, d.max_blocks, d.ratio, positions[t]);
+  const int64_t total = att.total;
   const int64_t per_split = CeilDivDevice(total, splits);
   const int64_t begin = split * per_split, end = min(total, begin + per_split);
   const float scale = rsqrtf(static_cast<float>(dh));
@@ -180,7 +173,7 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp)
   }
   float m = -INFINITY, l = 0.0f;
   for (int64_t i = begin + warp; i < end; i += kAttnWarps) {
-    const int64_t tok = AttendedToken(s, n_sel, d.ratio, tail, i);
+    const int64_t tok = att[i];
     const __half* kr = kc + (tok * d.kv_heads + kvh) * dh;
     float dot = 0;
 #pragma unroll
@@ -266,10 +259,13 @@ void IndexerSelect(const __half* iq, const __half* pooled, const int64_t* positi
   Q38_CUDA_LAUNCHED();
 }
 
+// Up to this many queries a call is decode-like: few (query, head) pairs, so the context is
+// split to give every SM work. Prefill has plenty without, and its query heads share each KV
+// row on tensor cores (attention_prefill_cuda.h).
+constexpr int64_t kSplitQueries = 16;
+
 int64_t AttentionSplits(int64_t T, const SelectedAttentionDims& d) {
-  // Decode has few (query, head) pairs: split the context so that every SM has work. Prefill
-  // has plenty without.
-  if (T > 16) return 1;
+  if (T > kSplitQueries) return 1;
   return CeilDiv(d.max_blocks * d.ratio + d.ratio, kTokensPerSplit);
 }
 
@@ -281,6 +277,10 @@ int64_t AttentionScratchFloats(int64_t T, const SelectedAttentionDims& d) {
 void SelectedAttention(const __half* q, const __half* kcache, const __half* vcache, const int32_t* sel,
                        const int64_t* positions, __half* o, float* scratch, int64_t T,
                        const SelectedAttentionDims& d, cudaStream_t stream) {
+  if (T > kSplitQueries && GroupedAttentionFits(q, kcache, vcache, d)) {
+    GroupedAttention(q, kcache, vcache, sel, positions, o, T, d, stream);
+    return;
+  }
   const int64_t splits = AttentionSplits(T, d);
   const dim3 grid(static_cast<unsigned>(T * d.q_heads), static_cast<unsigned>(splits));
   switch (d.head_dim / kWarp) {

@@ -99,15 +99,32 @@ TEST(AttentionCuda, DecodeSplitsTheContext) {
   ExpectSameAttention(b, 8, 2, 32, 4, {0}, 16);            // the first token attends only itself
 }
 
-TEST(AttentionCuda, PrefillWholeContextPerQuery) {
+TEST(AttentionCuda, PrefillGroupsQueryHeadsOnTensorCores) {
   Q38_REQUIRE_GPU();
   BackendPair b;
   std::vector<int64_t> pos(40);
   std::iota(pos.begin(), pos.end(), 2100);
-  ExpectSameAttention(b, 24, 2, 256, 512, pos, 2200);
+  ExpectSameAttention(b, 24, 2, 256, 512, pos, 2200);  // TP1, sparse: groups of 12
+  ExpectSameAttention(b, 6, 1, 256, 512, pos, 2200);   // TP4: one KV head per rank
   std::vector<int64_t> tiny(20);
   std::iota(tiny.begin(), tiny.end(), 0);
   ExpectSameAttention(b, 8, 2, 32, 4, tiny, 32);
+  std::vector<int64_t> small(37);
+  std::iota(small.begin(), small.end(), 90);
+  ExpectSameAttention(b, 4, 2, 64, 8, small, 160);      // the small model's heads, sparse
+  ExpectSameAttention(b, 16, 1, 128, 8, small, 160);    // a full group of 16
+  ExpectSameAttention(b, 2, 2, 64, 8, small, 160);      // a group of one
+  std::vector<int64_t> first(17);
+  std::iota(first.begin(), first.end(), 0);
+  ExpectSameAttention(b, 4, 2, 64, 8, first, 17);        // 17 queries: the fewest that take it
+}
+
+TEST(AttentionCuda, PrefillGroupsPastSixteenTakeTheQueryKernel) {
+  Q38_REQUIRE_GPU();
+  BackendPair b;
+  std::vector<int64_t> pos(24);
+  std::iota(pos.begin(), pos.end(), 50);
+  ExpectSameAttention(b, 32, 1, 64, 8, pos, 100);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The causal conv with carried FP16 history against the reference, over many calls: prefill
-// chunks of several sizes and then single decode steps, for the GDN (dilation 1) and PLE
-// (dilation 3) shapes.
+// chunks of several sizes (within one token tile, a whole one, three with a partial last)
+// between single decode steps, for the GDN (dilation 1) and PLE (dilation 3) shapes.
 #include "kernels/testing/backend_pair.h"
 
 namespace q38 {
@@ -17,7 +17,7 @@ TEST(ConvCuda, StateCarriesAcrossCalls) {
     auto w = b.Act(Normal(C * K, 12), {C, K});
     auto state = b.Act(std::vector<float>(hist * C, 0.0f), {hist, C});
     uint32_t seed = 100;
-    for (int64_t T : {5, 1, 17, 1, 1, 2}) {
+    for (int64_t T : {5, 1, 130, 1, 17, 64, 1, 2}) {
       auto x = b.Act(Normal(T * C, seed++), {T, C});
       auto y = b.Out({T, C});
       b.cpu().CausalConv(x.cpu.t(), w.cpu.t(), state.cpu.t(), y.cpu.t(), dilation);

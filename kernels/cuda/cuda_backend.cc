@@ -192,12 +192,22 @@ class CudaBackendImpl final : public CudaBackend {
     CHECK_EQ(x.dim(-1), w.dim(1));
     cuda::Linear(H(x), H(w), H(y), Rows(x), w.dim(1), w.dim(0), stream_);
   }
-  void Add(Tensor& x, const Tensor& y) override { cuda::Add(H(x), H(y), x.numel(), stream_); }
+  void Add(Tensor& x, const Tensor& y) override {
+    if (x.dtype == DType::kF32) {  // the residual streams
+      cuda::Add(F(x), H(y), x.numel(), stream_);
+    } else {
+      cuda::Add(H(x), H(y), x.numel(), stream_);
+    }
+  }
   void SigmoidMul(Tensor& x, const Tensor& gate) override { cuda::SigmoidMul(H(x), H(gate), x.numel(), stream_); }
   void SiluMul(const Tensor& gu, Tensor& y) override { cuda::SiluMul(H(gu), H(y), Rows(y), y.dim(-1), stream_); }
 
   void RmsNorm(const Tensor& x, const Tensor& w, Tensor& y, int64_t group, bool zero_centred, float eps) override {
-    cuda::RmsNorm(H(x), H(w), H(y), Rows(x), x.dim(-1), group, w.numel(), eps, zero_centred, stream_);
+    if (x.dtype == DType::kF32) {  // the residual streams
+      cuda::RmsNorm(F(x), H(w), H(y), Rows(x), x.dim(-1), group, w.numel(), eps, zero_centred, stream_);
+    } else {
+      cuda::RmsNorm(H(x), H(w), H(y), Rows(x), x.dim(-1), group, w.numel(), eps, zero_centred, stream_);
+    }
   }
   void GatedRmsNorm(const Tensor& o, const Tensor& z, const Tensor& w, Tensor& y, bool sigmoid_gate,
                     float eps) override {
@@ -278,7 +288,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   void EmbedStreams(const Tensor& table, const Tensor& ids, Tensor& X, int64_t streams) override {
-    cuda::EmbedStreams(H(table), I32(ids), H(X), ids.numel(), streams, table.dim(1), stream_);
+    cuda::EmbedStreams(H(table), I32(ids), F(X), ids.numel(), streams, table.dim(1), stream_);
   }
   void HcGates(const Tensor& di, Tensor& a, Tensor& g, int64_t streams, bool inject) override {
     cuda::HcGates(H(di), H(a), inject ? H(g) : nullptr, Rows(di), a.dim(-1), streams, inject, stream_);
@@ -287,7 +297,7 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::HcCombine(H(m), H(xn), H(h), Rows(h), m.dim(-1) / h.dim(-1), h.dim(-1), stream_);
   }
   void HcResidual(Tensor& X, const Tensor& g, const Tensor& y) override {
-    cuda::HcResidual(H(X), H(g), H(y), Rows(y), g.dim(-1), y.dim(-1), stream_);
+    cuda::HcResidual(F(X), H(g), H(y), Rows(y), g.dim(-1), y.dim(-1), stream_);
   }
 
   void PleLoad(const Tensor& staged, float scale, Tensor& E) override {

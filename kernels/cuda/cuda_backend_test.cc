@@ -24,6 +24,10 @@ TEST(CudaBackend, ElementwiseOps) {
   b.cpu().SigmoidMul(x.cpu.t(), y.cpu.t());
   b.gpu().SigmoidMul(x.gpu.t(), y.gpu.t());
   EXPECT_TRUE(b.Matches(x));
+  auto streams = b.F32(Normal(n, 3), {n});  // FP32 residual streams += an FP16 activation
+  b.cpu().Add(streams.cpu.t(), y.cpu.t());
+  b.gpu().Add(streams.gpu.t(), y.gpu.t());
+  EXPECT_TRUE(b.Matches(streams, 0.01));
   auto f = b.Out({3, 5}, DType::kF32);
   b.cpu().Fill(f.cpu.t(), 0.5f);
   b.gpu().Fill(f.gpu.t(), 0.5f);

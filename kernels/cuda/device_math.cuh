@@ -36,6 +36,51 @@ __device__ __forceinline__ float BlockSum(float v) {
 
 __device__ __forceinline__ float ToF(__half x) { return __half2float(x); }
 __device__ __forceinline__ float ToF(float x) { return x; }
+template <typename T>
+__device__ __forceinline__ T FromF(float x);
+template <>
+__device__ __forceinline__ __half FromF<__half>(float x) { return __float2half(x); }
+template <>
+__device__ __forceinline__ float FromF<float>(float x) { return x; }
+
+// kN (8 or 1) consecutive FP16 or FP32 values as FP32; 8 halves move as one 16-byte access, 8
+// floats as two.
+template <int kN>
+__device__ __forceinline__ void LoadF(const __half* p, float* v) {
+  if constexpr (kN == 8) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(h[i]);
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+  } else {
+    v[0] = __half2float(*p);
+  }
+}
+template <int kN>
+__device__ __forceinline__ void LoadF(const float* p, float* v) {
+  if constexpr (kN == 8) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    v[0] = *p;
+  }
+}
+template <int kN>
+__device__ __forceinline__ void StoreHalves(__half* p, const float* v) {
+  if constexpr (kN == 8) {
+    uint4 u;
+    __half2* h = reinterpret_cast<__half2*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+    *reinterpret_cast<uint4*>(p) = u;
+  } else {
+    *p = __float2half(v[0]);
+  }
+}
 
 __device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 __device__ __forceinline__ float Silu(float x) { return x * Sigmoid(x); }

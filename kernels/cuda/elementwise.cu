@@ -31,9 +31,10 @@ __global__ void FillRandomKernel(void* x, RandomKind kind, uint64_t seed, float 
   }
 }
 
-__global__ void AddKernel(__half* x, const __half* __restrict__ y, int64_t n) {
+template <typename TX>
+__global__ void AddKernel(TX* x, const __half* __restrict__ y, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) x[i] = __float2half(__half2float(x[i]) + __half2float(y[i]));
+  if (i < n) x[i] = FromF<TX>(ToF(x[i]) + __half2float(y[i]));
 }
 
 __global__ void SigmoidMulKernel(__half* x, const __half* __restrict__ gate, int64_t n) {
@@ -68,6 +69,11 @@ void FillRandom(void* x, RandomKind kind, uint64_t seed, float spread, int64_t n
 }
 
 void Add(__half* x, const __half* y, int64_t n, cudaStream_t stream) {
+  AddKernel<<<Blocks(n), 256, 0, stream>>>(x, y, n);
+  Q38_CUDA_LAUNCHED();
+}
+
+void Add(float* x, const __half* y, int64_t n, cudaStream_t stream) {
   AddKernel<<<Blocks(n), 256, 0, stream>>>(x, y, n);
   Q38_CUDA_LAUNCHED();
 }

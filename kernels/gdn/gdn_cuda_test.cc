@@ -1,5 +1,5 @@
 // Gated DeltaNet on the GPU against the reference over many calls (prefill chunks of several
-// lengths, then decode steps), the FP32 state compared after each; at the model's per-rank head
+// lengths, both kernels, then decode steps), the FP32 state compared after each; at the model's per-rank head
 // counts for TP1, TP2 and TP4 and at the tiny geometry.
 #include "kernels/testing/backend_pair.h"
 
@@ -25,7 +25,8 @@ TEST_P(GdnCuda, ManyCallsMatchReference) {
   auto alog = b.F32(a_log, {g.Hv}), dtb = b.F32(dt_bias, {g.Hv});
   auto state = b.F32(std::vector<float>(g.Hv * g.dk * g.dv, 0.0f), {g.Hv, g.dk, g.dv});
   uint32_t seed = 10;
-  for (int64_t T : {9, 1, 1, 40, 1, 3}) {
+  // Below 32 tokens the recurrent kernel, from 32 the chunked one: exact, partial and several chunks.
+  for (int64_t T : {9, 1, 1, 40, 1, 3, 31, 32, 100, 1}) {
     auto qkv = b.Act(Normal(T * width, seed++), {T, width});
     auto bb = b.Act(Normal(T * g.Hv, seed++), {T, g.Hv}), aa = b.Act(Normal(T * g.Hv, seed++), {T, g.Hv});
     auto beta = b.Out({T, g.Hv}, DType::kF32), gate = b.Out({T, g.Hv}, DType::kF32);
@@ -45,6 +46,7 @@ INSTANTIATE_TEST_SUITE_P(Geometries, GdnCuda,
                          ::testing::Values(Geometry{16, 48, 128, 128},  // TP1
                                            Geometry{8, 24, 128, 128},   // TP2
                                            Geometry{4, 12, 128, 128},   // TP4
+                                           Geometry{4, 8, 64, 128},     // dk 64
                                            Geometry{4, 8, 16, 16},      // tiny: dv below one warp
                                            Geometry{2, 6, 32, 48}));    // dv not a multiple of 32
 

@@ -6,11 +6,11 @@ namespace q38::cuda {
 namespace {
 
 __global__ void EmbedStreamsKernel(const __half* __restrict__ table, const int32_t* __restrict__ ids,
-                                   __half* __restrict__ X, int64_t T, int64_t S, int64_t H) {
+                                   float* __restrict__ X, int64_t T, int64_t S, int64_t H) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * S * H) return;
   const int64_t t = i / (S * H), c = i % H;
-  X[i] = table[static_cast<int64_t>(ids[t]) * H + c];
+  X[i] = __half2float(table[static_cast<int64_t>(ids[t]) * H + c]);
 }
 
 __global__ void HcGatesKernel(const __half* __restrict__ di, __half* __restrict__ a, __half* __restrict__ g, int64_t T,
@@ -40,17 +40,17 @@ __global__ void HcCombineKernel(const __half* __restrict__ m, const __half* __re
   h[i] = __float2half(acc / static_cast<float>(S));
 }
 
-__global__ void HcResidualKernel(__half* X, const __half* __restrict__ g, const __half* __restrict__ y, int64_t T,
+__global__ void HcResidualKernel(float* X, const __half* __restrict__ g, const __half* __restrict__ y, int64_t T,
                                  int64_t S, int64_t H) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * S * H) return;
   const int64_t ts = i / H, t = ts / S, c = i % H;
-  X[i] = __float2half(__half2float(X[i]) + __half2float(g[ts]) * __half2float(y[t * H + c]));
+  X[i] += __half2float(g[ts]) * __half2float(y[t * H + c]);
 }
 
 }  // namespace
 
-void EmbedStreams(const __half* table, const int32_t* ids, __half* X, int64_t T, int64_t S, int64_t H,
+void EmbedStreams(const __half* table, const int32_t* ids, float* X, int64_t T, int64_t S, int64_t H,
                   cudaStream_t stream) {
   EmbedStreamsKernel<<<CeilDiv(T * S * H, 256), 256, 0, stream>>>(table, ids, X, T, S, H);
   Q38_CUDA_LAUNCHED();
@@ -67,7 +67,7 @@ void HcCombine(const __half* m, const __half* xn, __half* h, int64_t T, int64_t 
   Q38_CUDA_LAUNCHED();
 }
 
-void HcResidual(__half* X, const __half* g, const __half* y, int64_t T, int64_t S, int64_t H, cudaStream_t stream) {
+void HcResidual(float* X, const __half* g, const __half* y, int64_t T, int64_t S, int64_t H, cudaStream_t stream) {
   HcResidualKernel<<<CeilDiv(T * S * H, 256), 256, 0, stream>>>(X, g, y, T, S, H);
   Q38_CUDA_LAUNCHED();
 }

@@ -1,5 +1,5 @@
 // Hyper-connection steps on the GPU against the reference at the model's width (S = 4 streams
-// of H = 2560, R = 320) and a small one.
+// of H = 2560, R = 320) and a small one; the streams X are FP32 on both sides.
 #include <random>
 
 #include "kernels/testing/backend_pair.h"
@@ -19,7 +19,7 @@ TEST(HcCuda, EveryStep) {
     std::vector<int32_t> ids_host(T);
     for (int64_t t = 0; t < T; ++t) ids_host[t] = static_cast<int32_t>((t * 37 + 5) % V);
     auto ids = b.Raw(ids_host.data(), DType::kI32, {T});
-    auto X = b.Out({T, S * H});
+    auto X = b.Out({T, S * H}, DType::kF32);  // the residual streams are FP32
     b.cpu().EmbedStreams(table.cpu.t(), ids.cpu.t(), X.cpu.t(), S);
     b.gpu().EmbedStreams(table.gpu.t(), ids.gpu.t(), X.gpu.t(), S);
     EXPECT_TRUE(b.Matches(X, 0)) << "embed";
@@ -48,7 +48,7 @@ TEST(HcCuda, EveryStep) {
     auto y = b.Act(Normal(T * H, 6), {T, H});
     b.cpu().HcResidual(X.cpu.t(), g.cpu.t(), y.cpu.t());
     b.gpu().HcResidual(X.gpu.t(), g.gpu.t(), y.gpu.t());
-    EXPECT_TRUE(b.Matches(X)) << "residual";
+    EXPECT_TRUE(b.Matches(X, 0.01)) << "residual, in FP32";
   }
 }
 

@@ -6,53 +6,73 @@
 namespace q38::cuda {
 namespace {
 
-// One warp per output row n: the row is read once, with 16-byte loads where K and the pointers
-// allow, and dotted with every one of the T ≤ kGemvMaxRows input rows.
+constexpr int kGemvThreads = 256, kGemvWarps = kGemvThreads / kWarp;
+
+// `splits` warps per output row n (a power of two up to 8), each over every splits-th run of
+// K: the row is read once, with 16-byte loads where K and the pointers allow, and dotted with
+// every one of the T ≤ kGemvMaxRows input rows. Splitting K keeps a small N from leaving most
+// of the GPU idle while a few warps walk long rows; the partial sums meet in shared memory in
+// a fixed order, so the result depends only on the shape.
 template <bool kVector>
-__global__ void GemvKernel(const __half* __restrict__ x, const __half* __restrict__ w, __half* __restrict__ y,
-                           int T, int64_t K, int64_t N) {
-  const int lane = threadIdx.x % kWarp;
-  const int64_t n = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  if (n >= N) return;
+__global__ void GemvKernel(const __half* __restrict__ x, const __half* __restrict__ w, __half* __restrict__ y, int T, int64_t K,
+               int64_t N, int splits) {
+  __shared__ float partial[kGemvWarps][kGemvMaxRows];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, part = warp % splits;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * (kGemvWarps / splits) + warp / splits;
   float acc[kGemvMaxRows] = {};
-  const __half* row = w + n * K;
-  if constexpr (kVector) {
-    // Unrolled so that a lane has several weight loads in flight rather than one at a time.
+  if (n < N) {
+    const __half* row = w + n * K;
+    if constexpr (kVector) {
+      // Unrolled so that a lane has several weight loads in flight rather than one at a time.
 #pragma unroll 4
-    for (int64_t k = lane * 8; k < K; k += kWarp * 8) {
-      const uint4 wv = __ldg(reinterpret_cast<const uint4*>(row + k));
-      const __half2* wh = reinterpret_cast<const __half2*>(&wv);
-      float2 wf[4];
+      for (int64_t k = (part * kWarp + lane) * 8; k < K; k += int64_t{kWarp} * 8 * splits) {
+        const uint4 wv = __ldg(reinterpret_cast<const uint4*>(row + k));
+        const __half2* wh = reinterpret_cast<const __half2*>(&wv);
+        float2 wf[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) wf[i] = __half22float2(wh[i]);
+        for (int i = 0; i < 4; ++i) wf[i] = __half22float2(wh[i]);
 #pragma unroll
-      for (int t = 0; t < kGemvMaxRows; ++t) {
-        if (t >= T) break;
-        const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + t * K + k));
-        const __half2* xh = reinterpret_cast<const __half2*>(&xv);
+        for (int t = 0; t < kGemvMaxRows; ++t) {
+          if (t >= T) break;
+          const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + t * K + k));
+          const __half2* xh = reinterpret_cast<const __half2*>(&xv);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float2 xf = __half22float2(xh[i]);
-          acc[t] += wf[i].x * xf.x + wf[i].y * xf.y;
+          for (int i = 0; i < 4; ++i) {
+            const float2 xf = __half22float2(xh[i]);
+            acc[t] += wf[i].x * xf.x + wf[i].y * xf.y;
+          }
         }
       }
-    }
-  } else {
-    for (int64_t k = lane; k < K; k += kWarp) {
-      const float wf = __half2float(row[k]);
+    } else {
+      for (int64_t k = part * kWarp + lane; k < K; k += int64_t{kWarp} * splits) {
+        const float wf = __half2float(row[k]);
 #pragma unroll
-      for (int t = 0; t < kGemvMaxRows; ++t) {
-        if (t < T) acc[t] += wf * __half2float(x[t * K + k]);
+        for (int t = 0; t < kGemvMaxRows; ++t) {
+          if (t < T) acc[t] += wf * __half2float(x[t * K + k]);
+        }
       }
     }
   }
   // Every index into acc is a constant after unrolling, so it stays in registers.
 #pragma unroll
   for (int t = 0; t < kGemvMaxRows; ++t) {
-    if (t >= T) break;
     const float s = WarpSum(acc[t]);
-    if (lane == 0) y[t * N + n] = __float2half(s);
+    if (lane == 0) partial[warp][t] = s;
   }
+  __syncthreads();
+  if (n >= N || part != 0 || lane >= T) return;
+  float s = 0;
+  for (int p = 0; p < splits; ++p) s += partial[warp + p][lane];
+  y[lane * N + n] = __float2half(s);
+}
+
+// Warps per row: more while N alone would give the GPU few warps and K is long enough that each
+// split still walks several 256-element runs.
+int GemvSplits(int64_t K, int64_t N) {
+  constexpr int64_t kTargetWarps = 8192;
+  int splits = 1;
+  while (splits < kGemvWarps && N * splits < kTargetWarps && K >= int64_t{splits} * 4 * kWarp * 8) splits *= 2;
+  return splits;
 }
 
 // WMMA GEMM: one 64×64 tile of y per block (kernels/cuda/wmma_tile.cuh); tiles past the edges of
@@ -78,12 +98,12 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 void Linear(const __half* x, const __half* w, __half* y, int64_t T, int64_t K, int64_t N, cudaStream_t stream) {
   if (T <= kGemvMaxRows) {
-    constexpr int kThreads = 256;
-    const dim3 grid(static_cast<unsigned>(CeilDiv(N * kWarp, kThreads)));
+    const int splits = GemvSplits(K, N);
+    const dim3 grid(static_cast<unsigned>(CeilDiv(N, kGemvWarps / splits)));
     if (K % 8 == 0 && Aligned16(x) && Aligned16(w)) {
-      GemvKernel<true><<<grid, kThreads, 0, stream>>>(x, w, y, static_cast<int>(T), K, N);
+      GemvKernel<true><<<grid, kGemvThreads, 0, stream>>>(x, w, y, static_cast<int>(T), K, N, splits);
     } else {
-      GemvKernel<false><<<grid, kThreads, 0, stream>>>(x, w, y, static_cast<int>(T), K, N);
+      GemvKernel<false><<<grid, kGemvThreads, 0, stream>>>(x, w, y, static_cast<int>(T), K, N, splits);
     }
   } else {
     const dim3 grid(static_cast<unsigned>(CeilDiv(N, kTileN)), static_cast<unsigned>(CeilDiv(T, kTileM)));

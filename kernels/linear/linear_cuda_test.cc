@@ -1,5 +1,6 @@
-// The FP16 linear kernels (GEMV for decode, WMMA GEMM for prefill) against the FP32 reference,
-// at the model's projection shapes and at shapes no tile divides.
+// The FP16 linear kernels (GEMV for decode, with K split over warps for small N; WMMA GEMM for
+// prefill) against the FP32 reference, at the model's projection shapes and at shapes no tile
+// divides.
 #include "kernels/linear/linear_cuda.h"
 #include "kernels/testing/backend_pair.h"
 
@@ -37,6 +38,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{8, 320, 10240},   // hyper-connection up, the GEMV limit
                       Shape{9, 2560, 340},    // just past the GEMV limit: the GEMM
                       Shape{200, 2560, 1280}, // prefill
+                      Shape{1, 10240, 20},    // hyper-connection down: 8 warps split each row's K
+                      Shape{5, 2560, 3},      // a few rows, split K
+                      Shape{2, 3000, 7},      // split K on the scalar GEMV; a block's last row past N
                       Shape{3, 100, 77},      // K not a multiple of 8: the scalar GEMV
                       Shape{70, 36, 33},      // nothing divides: edge tiles, scalar loads
                       Shape{65, 64, 65}));

@@ -6,39 +6,36 @@
 namespace q38::cuda {
 namespace {
 
-constexpr int kRouterThreads = 256;
+constexpr int kRouterTokensPerBlock = 4;
 
-// One block per token: softmax over the experts in FP32, then k rounds of a block argmax (ties to
-// the lower id), weights renormalized over the chosen.
-__global__ void __launch_bounds__(kRouterThreads)
-    RouterKernel(const __half* __restrict__ logits, int32_t* __restrict__ idx, __half* __restrict__ w, int64_t E,
-                 int64_t k) {
-  extern __shared__ float p[];
-  __shared__ float best_v[kRouterThreads / kWarp];
-  __shared__ int best_i[kRouterThreads / kWarp];
-  __shared__ float chosen_p[64];
-  const int64_t t = blockIdx.x;
+// One warp per token, its probabilities in shared memory: softmax over the experts in FP32, then
+// k rounds of a warp argmax (ties to the lower id) with no block-wide barrier, weights
+// renormalized over the chosen. (A block per token with k rounds of block argmax took ~13 µs a
+// call at E = 512, k = 10: two barriers per round.)
+__global__ void __launch_bounds__(kRouterTokensPerBlock * kWarp)
+    RouterKernel(const __half* __restrict__ logits, int32_t* __restrict__ idx, __half* __restrict__ w, int64_t T,
+                 int64_t E, int64_t k) {
+  extern __shared__ float probs[];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouterTokensPerBlock + warp;
+  if (t >= T) return;  // whole warps leave; nothing below waits on the block
+  float* p = probs + warp * (E + k);  // E probabilities, then the k chosen
   float mx = -INFINITY;
-  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+  for (int64_t e = lane; e < E; e += kWarp) {
     p[e] = __half2float(logits[t * E + e]);
     mx = fmaxf(mx, p[e]);
   }
-  // Block max through the same shared slots the argmax uses.
   mx = WarpMax(mx);
-  if (lane == 0) best_v[warp] = mx;
-  __syncthreads();
-  mx = -INFINITY;
-  for (int i = 0; i < kRouterThreads / kWarp; ++i) mx = fmaxf(mx, best_v[i]);
   float sum = 0;
-  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) sum += (p[e] = expf(p[e] - mx));
-  sum = BlockSum(sum);
-  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) p[e] /= sum;
-  __syncthreads();
+  for (int64_t e = lane; e < E; e += kWarp) sum += (p[e] = expf(p[e] - mx));
+  sum = WarpSum(sum);
+  for (int64_t e = lane; e < E; e += kWarp) p[e] /= sum;
+  __syncwarp();
+  float top = 0;
   for (int64_t j = 0; j < k; ++j) {
     float v = -1.0f;
     int i = INT_MAX;
-    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    for (int64_t e = lane; e < E; e += kWarp) {
       if (p[e] > v) {  // ascending e: the first of equals is kept
         v = p[e];
         i = static_cast<int>(e);
@@ -52,35 +49,23 @@ __global__ void __launch_bounds__(kRouterThreads)
         i = oi;
       }
     }
-    __syncthreads();
+    // Every lane now holds the same (v, i).
+    top += v;
     if (lane == 0) {
-      best_v[warp] = v;
-      best_i[warp] = i;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int q = 1; q < kRouterThreads / kWarp; ++q) {
-        if (best_v[q] > v || (best_v[q] == v && best_i[q] < i)) {
-          v = best_v[q];
-          i = best_i[q];
-        }
-      }
       idx[t * k + j] = i;
-      chosen_p[j] = v;
+      p[E + j] = v;
       p[i] = -2.0f;  // below every probability
     }
-    __syncthreads();
+    __syncwarp();
   }
-  if (threadIdx.x == 0) {
-    float top = 0;
-    for (int64_t j = 0; j < k; ++j) top += chosen_p[j];
-    for (int64_t j = 0; j < k; ++j) w[t * k + j] = __float2half(chosen_p[j] / top);
-  }
+  for (int64_t j = lane; j < k; j += kWarp) w[t * k + j] = __float2half(p[E + j] / top);
 }
 
-// Eight consecutive weights of row n of expert e starting at column j (a multiple of 8), FP32;
-// LoadTile8 writes them as FP16 without the per-expert global scale (E2M1 × E4M3 has at most 6
-// significant bits within FP16's normal range, so it is exact), which Global gives.
+// The weights of row n of expert e at columns j..j+7 (j a multiple of 8): Dot8 dots them with
+// eight FP32 inputs; LoadTile8 writes them as FP16 without the per-expert global scale (E2M1 ×
+// E4M3 has at most 6 significant bits within FP16's normal range, so it is exact), which Global
+// gives. e2m1 is the 16 code values in shared memory: one table read per weight instead of a
+// decode of its bits, which cost about ten instructions per 4-bit weight.
 struct Nvfp4Rows {
   const uint8_t* codes;
   const uint8_t* scales;
@@ -88,12 +73,13 @@ struct Nvfp4Rows {
   const float* global_b;
   int64_t split, N, K;
   __device__ __forceinline__ float Global(int64_t e, int64_t n) const { return n < split ? global_a[e] : global_b[e]; }
-  __device__ __forceinline__ void Load8(int64_t e, int64_t n, int64_t j, float* out) const {
+  __device__ __forceinline__ float Dot8(int64_t e, int64_t n, int64_t j, const float* x, const float* e2m1) const {
     const int64_t row = e * N + n;
-    const uint32_t c = *reinterpret_cast<const uint32_t*>(codes + row * (K / 2) + j / 2);
-    const float s = E4m3(scales[row * (K / 16) + j / 16]) * Global(e, n);
+    const uint32_t c = __ldg(reinterpret_cast<const uint32_t*>(codes + row * (K / 2) + j / 2));
+    float dot = 0;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) out[i] = E2m1(c >> (4 * i)) * s;
+    for (int i = 0; i < 8; ++i) dot += e2m1[(c >> (4 * i)) & 15u] * x[i];
+    return dot * E4m3(__ldg(scales + row * (K / 16) + j / 16)) * Global(e, n);
   }
   __device__ __forceinline__ void LoadTile8(int64_t e, int64_t n, int64_t j, __half* out) const {
     const int64_t row = e * N + n;
@@ -108,15 +94,16 @@ struct DenseRows {
   const __half* w;
   int64_t N, K;
   __device__ __forceinline__ float Global(int64_t, int64_t) const { return 1.0f; }
-  __device__ __forceinline__ void Load8(int64_t e, int64_t n, int64_t j, float* out) const {
-    const uint4 v = *reinterpret_cast<const uint4*>(w + (e * N + n) * K + j);
+  __device__ __forceinline__ float Dot8(int64_t e, int64_t n, int64_t j, const float* x, const float*) const {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(w + (e * N + n) * K + j));
     const __half2* h = reinterpret_cast<const __half2*>(&v);
+    float dot = 0;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float2 f = __half22float2(h[i]);
-      out[2 * i] = f.x;
-      out[2 * i + 1] = f.y;
+      dot += f.x * x[2 * i] + f.y * x[2 * i + 1];
     }
+    return dot;
   }
   __device__ __forceinline__ void LoadTile8(int64_t e, int64_t n, int64_t j, __half* out) const {
     *reinterpret_cast<uint4*>(out) = __ldg(reinterpret_cast<const uint4*>(w + (e * N + n) * K + j));
@@ -125,21 +112,32 @@ struct DenseRows {
 
 // x (F16 row) · weights row n of expert e, reduced over the warp.
 template <typename Rows>
-__device__ __forceinline__ float RowDot(const Rows& rows, int64_t e, int64_t n, const __half* x, int lane) {
+__device__ __forceinline__ float RowDot(const Rows& rows, int64_t e, int64_t n, const __half* x, int lane,
+                                        const float* e2m1) {
   float acc = 0;
 #pragma unroll 4  // several weight loads in flight per lane
   for (int64_t j = lane * 8; j < rows.K; j += kWarp * 8) {
-    float wv[8];
-    rows.Load8(e, n, j, wv);
     const uint4 xv = *reinterpret_cast<const uint4*>(x + j);
     const __half2* xh = reinterpret_cast<const __half2*>(&xv);
+    float xf[8];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float2 f = __half22float2(xh[i]);
-      acc += wv[2 * i] * f.x + wv[2 * i + 1] * f.y;
+      xf[2 * i] = f.x;
+      xf[2 * i + 1] = f.y;
     }
+    acc += rows.Dot8(e, n, j, xf, e2m1);
   }
   return WarpSum(acc);
+}
+
+// The E2M1 code values in shared memory, for Nvfp4Rows::Dot8; every thread of the block waits
+// for them, so call it before any thread leaves.
+__device__ __forceinline__ const float* E2m1Table() {
+  __shared__ float table[16];
+  if (threadIdx.x < 16) table[threadIdx.x] = E2m1(threadIdx.x);
+  __syncthreads();
+  return table;
 }
 
 constexpr int kExpertThreads = 256;
@@ -152,10 +150,11 @@ __global__ void GateUpKernel(const __half* __restrict__ h, const int32_t* __rest
   const int64_t pair = blockIdx.x, t = pair / k;
   const int lane = threadIdx.x % kWarp;
   const int64_t i = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) / kWarp;
+  const float* e2m1 = E2m1Table();
   if (i >= I) return;
   const int64_t e = idx[pair];
   const __half* x = h + t * rows.K;
-  const float gate = RowDot(rows, e, i, x, lane), up = RowDot(rows, e, I + i, x, lane);
+  const float gate = RowDot(rows, e, i, x, lane, e2m1), up = RowDot(rows, e, I + i, x, lane, e2m1);
   if (lane == 0) act[pair * I + i] = __float2half(Silu(gate) * up);
 }
 
@@ -166,8 +165,9 @@ __global__ void DownKernel(const __half* __restrict__ act, const int32_t* __rest
   const int64_t pair = blockIdx.x;
   const int lane = threadIdx.x % kWarp;
   const int64_t n = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) / kWarp;
+  const float* e2m1 = E2m1Table();
   if (n >= rows.N) return;
-  const float y = RowDot(rows, idx[pair], n, act + pair * rows.K, lane);
+  const float y = RowDot(rows, idx[pair], n, act + pair * rows.K, lane, e2m1);
   if (lane == 0) pair_out[pair * rows.N + n] = y;
 }
 
@@ -317,8 +317,10 @@ __global__ void AddSigmoidGatedKernel(__half* out, const __half* __restrict__ sh
 }  // namespace
 
 void RouterTopK(const __half* logits, int32_t* idx, __half* w, int64_t T, int64_t E, int64_t k, cudaStream_t stream) {
-  CHECK_LE(k, 64);
-  RouterKernel<<<T, kRouterThreads, E * sizeof(float), stream>>>(logits, idx, w, E, k);
+  const size_t shared = kRouterTokensPerBlock * (E + k) * sizeof(float);
+  CHECK_LE(shared, 48 * 1024) << E << " experts";
+  RouterKernel<<<CeilDiv(T, kRouterTokensPerBlock), kRouterTokensPerBlock * kWarp, shared, stream>>>(logits, idx, w,
+                                                                                                     T, E, k);
   Q38_CUDA_LAUNCHED();
 }
 

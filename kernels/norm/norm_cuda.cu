@@ -7,26 +7,6 @@ namespace {
 
 constexpr int kNormThreads = 256;
 
-// kN consecutive halves in registers: 8 move as one 16-byte access.
-template <int kN>
-struct Halves {
-  __align__(16) __half h[kN];
-  __device__ __forceinline__ void Load(const __half* p) {
-    if constexpr (kN == 8) {
-      *reinterpret_cast<uint4*>(h) = *reinterpret_cast<const uint4*>(p);
-    } else {
-      h[0] = *p;
-    }
-  }
-  __device__ __forceinline__ void Store(__half* p) const {
-    if constexpr (kN == 8) {
-      *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(h);
-    } else {
-      *p = h[0];
-    }
-  }
-};
-
 // 1/RMS of group[0..n) for a whole warp.
 __device__ __forceinline__ float GroupInvRms(const __half* group, int64_t n, float eps, int lane) {
   float ss = 0;
@@ -41,28 +21,28 @@ __device__ __forceinline__ float GroupInvRms(const __half* group, int64_t n, flo
 // thread that read it, so y may alias x. A group is a few thousand elements at most, so each
 // thread has only a few 16-byte loads in flight: a warp per group would wait on ~80 dependent
 // loads in turn (ncu: 40 µs per call at the model's H). w has the group's length or the row's.
-template <int kStep>
+template <typename TX, int kStep>
 __global__ void __launch_bounds__(kNormThreads)
-    RmsNormKernel(const __half* x, const __half* __restrict__ w, __half* y, int64_t n, int64_t group, bool w_per_row,
+    RmsNormKernel(const TX* x, const __half* __restrict__ w, __half* y, int64_t n, int64_t group, bool w_per_row,
                   float eps, float offset) {
   const int64_t per_row = n / group, gi = blockIdx.x;
   const int64_t g0 = (gi % per_row) * group, base = (gi / per_row) * n + g0;
   const __half* wg = w + (w_per_row ? g0 : 0);
   float ss = 0;
   for (int64_t i = threadIdx.x * kStep; i < group; i += blockDim.x * kStep) {
-    Halves<kStep> v;
-    v.Load(x + base + i);
+    float v[kStep];
+    LoadF<kStep>(x + base + i, v);
 #pragma unroll
-    for (int j = 0; j < kStep; ++j) ss += __half2float(v.h[j]) * __half2float(v.h[j]);
+    for (int j = 0; j < kStep; ++j) ss += v[j] * v[j];
   }
   const float inv = rsqrtf(BlockSum(ss) / group + eps);
   for (int64_t i = threadIdx.x * kStep; i < group; i += blockDim.x * kStep) {
-    Halves<kStep> v, wv;
-    v.Load(x + base + i);
-    wv.Load(wg + i);
+    float v[kStep], wv[kStep];
+    LoadF<kStep>(x + base + i, v);
+    LoadF<kStep>(wg + i, wv);
 #pragma unroll
-    for (int j = 0; j < kStep; ++j) v.h[j] = __float2half(__half2float(v.h[j]) * inv * (offset + __half2float(wv.h[j])));
-    v.Store(y + base + i);
+    for (int j = 0; j < kStep; ++j) v[j] *= inv * (offset + wv[j]);
+    StoreHalves<kStep>(y + base + i, v);
   }
 }
 
@@ -83,22 +63,32 @@ __global__ void GatedRmsNormKernel(const __half* __restrict__ o, const __half* _
 
 constexpr int kThreads = 256;
 
+template <typename TX>
+void LaunchRmsNorm(const TX* x, const __half* w, __half* y, int64_t rows, int64_t n, int64_t group, int64_t w_len,
+                   float eps, bool zero_centred, cudaStream_t stream) {
+  CHECK(w_len == group || w_len == n) << "RmsNorm weight of " << w_len << " for groups of " << group << " in rows of " << n;
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const dim3 grid(static_cast<unsigned>(rows * (n / group)));
+  const bool w_per_row = w_len == n && w_len != group;
+  const float offset = zero_centred ? 1.0f : 0.0f;
+  if (group % 8 == 0 && aligned(x) && aligned(w) && aligned(y)) {
+    RmsNormKernel<TX, 8><<<grid, kNormThreads, 0, stream>>>(x, w, y, n, group, w_per_row, eps, offset);
+  } else {
+    RmsNormKernel<TX, 1><<<grid, kNormThreads, 0, stream>>>(x, w, y, n, group, w_per_row, eps, offset);
+  }
+  Q38_CUDA_LAUNCHED();
+}
+
 }  // namespace
 
 void RmsNorm(const __half* x, const __half* w, __half* y, int64_t rows, int64_t n, int64_t group, int64_t w_len,
              float eps, bool zero_centred, cudaStream_t stream) {
-  CHECK(w_len == group || w_len == n) << "RmsNorm weight of " << w_len << " for groups of " << group << " in rows of " << n;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = group % 8 == 0 && aligned(x) && aligned(w) && aligned(y);
-  const dim3 grid(static_cast<unsigned>(rows * (n / group)));
-  const bool w_per_row = w_len == n && w_len != group;
-  const float offset = zero_centred ? 1.0f : 0.0f;
-  if (vec) {
-    RmsNormKernel<8><<<grid, kNormThreads, 0, stream>>>(x, w, y, n, group, w_per_row, eps, offset);
-  } else {
-    RmsNormKernel<1><<<grid, kNormThreads, 0, stream>>>(x, w, y, n, group, w_per_row, eps, offset);
-  }
-  Q38_CUDA_LAUNCHED();
+  LaunchRmsNorm(x, w, y, rows, n, group, w_len, eps, zero_centred, stream);
+}
+
+void RmsNorm(const float* x, const __half* w, __half* y, int64_t rows, int64_t n, int64_t group, int64_t w_len,
+             float eps, bool zero_centred, cudaStream_t stream) {
+  LaunchRmsNorm(x, w, y, rows, n, group, w_len, eps, zero_centred, stream);
 }
 
 void GatedRmsNorm(const __half* o, const __half* z, const __half* w, __half* y, int64_t rows, int64_t n,

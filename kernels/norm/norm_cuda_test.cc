@@ -1,5 +1,8 @@
 // RMSNorm variants on the GPU against the reference: whole rows, per-head groups with a
-// repeating weight, in place, and the GDN gated norm with both gates.
+// repeating weight, from the FP32 residual streams, in place, and the GDN gated norm with both
+// gates.
+#include <tuple>
+
 #include "kernels/testing/backend_pair.h"
 
 namespace q38 {
@@ -26,6 +29,22 @@ TEST(NormCuda, GroupedZeroCentredAndPlain) {
     b.cpu().RmsNorm(x.cpu.t(), wt.cpu.t(), y.cpu.t(), c.group, c.zero_centred, 1e-6f);
     b.gpu().RmsNorm(x.gpu.t(), wt.gpu.t(), y.gpu.t(), c.group, c.zero_centred, 1e-6f);
     EXPECT_TRUE(b.Matches(y)) << "n " << c.n << " group " << c.group;
+  }
+}
+
+// The hyper-connection norms read the FP32 residual streams.
+TEST(NormCuda, FromFp32Streams) {
+  Q38_REQUIRE_GPU();
+  BackendPair b;
+  for (auto [rows, n, group] : {std::tuple<int64_t, int64_t, int64_t>{3, 10240, 2560}, {2, 100, 25}}) {
+    std::vector<float> xs = Normal(rows * n, 7);
+    for (float& v : xs) v = v * 40 + 0.001f;  // values FP16 would round
+    auto x = b.F32(xs, {rows, n});
+    auto w = b.Act(Normal(n, 8), {n});
+    auto y = b.Out({rows, n});
+    b.cpu().RmsNorm(x.cpu.t(), w.cpu.t(), y.cpu.t(), group, true, 1e-6f);
+    b.gpu().RmsNorm(x.gpu.t(), w.gpu.t(), y.gpu.t(), group, true, 1e-6f);
+    EXPECT_TRUE(b.Matches(y)) << "n " << n << " group " << group;
   }
 }
 

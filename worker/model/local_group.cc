@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "worker/rank_device.h"
 
@@ -17,6 +19,27 @@ absl::StatusOr<ModelWeights> RankWeights(const ModelConfig& config, const Tensor
                                          Backend& backend, const ShardSpec& shard) {
   if (store == nullptr) return SyntheticWeights(config, backend, shard, seed);
   return LoadWeights(config, *store, backend, shard);
+}
+
+// One status for the group. A rank that failed on its own (no such GPU, say) leaves the others
+// waiting on the collective until it times out, so the first failure that is not such a wait
+// leads and gives the code; every failing rank is named.
+absl::Status GroupStatus(const std::vector<absl::Status>& results) {
+  std::vector<std::string> failures;
+  const absl::Status* cause = nullptr;
+  for (size_t r = 0; r < results.size(); ++r) {
+    const absl::Status& s = results[r];
+    if (s.ok()) continue;
+    std::string line = absl::StrCat("rank ", r, ": ", s.message());
+    if (cause == nullptr || (absl::IsDeadlineExceeded(*cause) && !absl::IsDeadlineExceeded(s))) {
+      cause = &s;
+      failures.insert(failures.begin(), std::move(line));
+    } else {
+      failures.push_back(std::move(line));
+    }
+  }
+  if (cause == nullptr) return absl::OkStatus();
+  return absl::Status(cause->code(), absl::StrJoin(failures, "; "));
 }
 
 absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint64_t seed, int tp,
@@ -59,8 +82,7 @@ absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint6
   }
   for (auto& t : threads) t.join();
   if (!in_process) std::filesystem::remove_all(rendezvous);
-  for (const absl::Status& s : results) RETURN_IF_ERROR(s);
-  return absl::OkStatus();
+  return GroupStatus(results);
 }
 
 }  // namespace

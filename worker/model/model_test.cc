@@ -165,6 +165,23 @@ TEST_F(TinyModel, GlooGroupEqualsInProcessGroup) {
             "cpu_comm: expected inprocess or gloo, got mpi");
 }
 
+// A rank that fails on its own leaves the others to time out on the collective: the group's error
+// leads with the cause, not with the wait, and names every failing rank.
+TEST_F(TinyModel, GroupErrorLeadsWithTheRankThatFailedFirst) {
+  const Loaded l = Open(dir_->path());
+  const absl::Status s = RunLocalGroup(l.config, *l.store, 4, [](Model& m) -> absl::Status {
+    if (m.comm().rank() == 2) return absl::InvalidArgumentError("GPU 2 requested; this process sees 1");
+    if (m.comm().rank() == 0) return absl::DeadlineExceededError("the group did not form");
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(s.message(), "rank 2: GPU 2 requested; this process sees 1; rank 0: the group did not form");
+  EXPECT_EQ(RunLocalGroup(l.config, *l.store, 2, [](Model& m) -> absl::Status {
+              return m.comm().rank() == 1 ? absl::DataLossError("bad shard") : absl::OkStatus();
+            }).ToString(),
+            "DATA_LOSS: rank 1: bad shard");
+}
+
 TEST_F(TinyModel, ResetStartsOver) {
   const Loaded l = Open(dir_->path());
   const auto prompt = Prompt();

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/config.h"
 #include "common/status.h"
 #include "kernels/fp16_emulation.h"
 #include "worker/checkpoint/tensor_store.h"
@@ -21,6 +22,7 @@ ABSL_FLAG(std::string, model, "", "checkpoint directory (q38-make-checkpoint wri
 ABSL_FLAG(int64_t, positions, 600, "probe sequence length");
 ABSL_FLAG(int64_t, prefill, 64, "tokens prefilled at once before the token-by-token steps");
 ABSL_FLAG(std::string, exact_ops, "", "comma-separated ops whose outputs stay FP32");
+ABSL_FLAG(int32_t, indexer_budget, 0, "tokens the QSA indexer keeps, in place of the checkpoint's own (0 keeps it)");
 ABSL_FLAG(bool, sweep, false, "also one run per op with only that op's outputs rounded");
 
 namespace q38 {
@@ -30,6 +32,12 @@ absl::Status Main() {
   const std::string dir = absl::GetFlag(FLAGS_model);
   if (dir.empty()) return absl::InvalidArgumentError("--model is required");
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
+  if (const int32_t budget = absl::GetFlag(FLAGS_indexer_budget); budget != 0) {
+    if (budget < 0) return absl::InvalidArgumentError("--indexer_budget must be positive (or 0: the checkpoint's)");
+    config.indexer_budget = budget;
+    // Back through the parser, so the override meets config.json's own validation.
+    ASSIGN_OR_RETURN(config, ParseModelConfig(ModelConfigJson(config)));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<TensorStore> store, TensorStore::Open(dir));
   const std::vector<int32_t> ids = ProbeSequence(absl::GetFlag(FLAGS_positions), config);
   const int64_t prefill = absl::GetFlag(FLAGS_prefill);
@@ -68,7 +76,8 @@ absl::Status Main() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "The FP16 contract against FP32 on the CPU: q38-precision-study --model DIR [--sweep] [--exact_ops Linear,...]");
+      "The FP16 contract against FP32 on the CPU: q38-precision-study --model DIR [--sweep] [--exact_ops Linear,...] "
+      "[--indexer_budget N]");
   absl::ParseCommandLine(argc, argv);
   if (absl::Status s = q38::Main(); !s.ok()) {
     std::cerr << "q38-precision-study: " << s << "\n";

@@ -204,7 +204,9 @@ void Model::StageInputs(const std::vector<int32_t>& ids, SequenceState& state, S
 absl::StatusOr<Buffer> Model::Step(int64_t T, const StepInputs& in, SequenceState& state, int64_t keep) {
   const ModelConfig& c = config_;
   const int64_t S = c.hc_count, H = c.hidden_size;
-  Buffer X = Act({T, S * H});
+  // The residual streams stay FP32 on every backend: each layer updates them twice, and an FP16
+  // stream would round away part of every update (MODEL.md §5).
+  Buffer X = backend_.Alloc(DType::kF32, {T, S * H});
   backend_.EmbedStreams(weights_.embed.t(), in.ids.t(), X.t(), S);
   Buffer h = Act({T, H}), g = Act({T, S});
   for (int i = 0; i < c.num_layers; ++i) {
