@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <thread>
 
@@ -25,21 +26,17 @@ absl::StatusOr<ModelWeights> RankWeights(const ModelConfig& config, const Tensor
 // waiting on the collective until it times out, so the first failure that is not such a wait
 // leads and gives the code; every failing rank is named.
 absl::Status GroupStatus(const std::vector<absl::Status>& results) {
-  std::vector<std::string> failures;
-  const absl::Status* cause = nullptr;
+  std::vector<size_t> failed;
   for (size_t r = 0; r < results.size(); ++r) {
-    const absl::Status& s = results[r];
-    if (s.ok()) continue;
-    std::string line = absl::StrCat("rank ", r, ": ", s.message());
-    if (cause == nullptr || (absl::IsDeadlineExceeded(*cause) && !absl::IsDeadlineExceeded(s))) {
-      cause = &s;
-      failures.insert(failures.begin(), std::move(line));
-    } else {
-      failures.push_back(std::move(line));
-    }
+    if (!results[r].ok()) failed.push_back(r);
   }
-  if (cause == nullptr) return absl::OkStatus();
-  return absl::Status(cause->code(), absl::StrJoin(failures, "; "));
+  if (failed.empty()) return absl::OkStatus();
+  const auto cause = std::find_if(failed.begin(), failed.end(),
+                                  [&](size_t r) { return !absl::IsDeadlineExceeded(results[r]); });
+  if (cause != failed.end()) std::rotate(failed.begin(), cause, cause + 1);  // the cause first, the rest in order
+  std::vector<std::string> lines;
+  for (size_t r : failed) lines.push_back(absl::StrCat("rank ", r, ": ", results[r].message()));
+  return absl::Status(results[failed.front()].code(), absl::StrJoin(lines, "; "));
 }
 
 absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint64_t seed, int tp,
