@@ -6,66 +6,91 @@
 namespace q38::cuda {
 namespace {
 
-constexpr int kRouterTokensPerBlock = 4;
+constexpr int kRouterTokensPerBlock = 4, kRouterPerLane = 16;
+constexpr int64_t kRouterMaxExperts = int64_t{kWarp} * kRouterPerLane;
 
-// One warp per token, its probabilities in shared memory: softmax over the experts in FP32, then
-// k rounds of a warp argmax (ties to the lower id) with no block-wide barrier, weights
-// renormalized over the chosen. (A block per token with k rounds of block argmax took ~13 µs a
-// call at E = 512, k = 10: two barriers per round.)
+// (v, e) beats (ov, oe): the larger probability, ties to the lower expert id.
+__device__ __forceinline__ bool Beats(float v, int e, float ov, int oe) { return v > ov || (v == ov && e < oe); }
+
+// One warp per token, its E ≤ 512 probabilities in registers (lane l holds experts l, l + 32, …):
+// softmax over the experts in FP32, then k rounds of a warp argmax over each lane's best, ties to
+// the lower id; only the round's winner rescans its own values. Weights are renormalized over
+// the chosen. (The probabilities in shared memory, every lane rescanning its share each round,
+// took ~10 µs a call at E = 512, k = 10.)
 __global__ void __launch_bounds__(kRouterTokensPerBlock * kWarp)
     RouterKernel(const __half* __restrict__ logits, int32_t* __restrict__ idx, __half* __restrict__ w, int64_t T,
                  int64_t E, int64_t k) {
-  extern __shared__ float probs[];
+  extern __shared__ float chosen[];  // k per warp
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouterTokensPerBlock + warp;
   if (t >= T) return;  // whole warps leave; nothing below waits on the block
-  float* p = probs + warp * (E + k);  // E probabilities, then the k chosen
+  float p[kRouterPerLane];
   float mx = -INFINITY;
-  for (int64_t e = lane; e < E; e += kWarp) {
-    p[e] = __half2float(logits[t * E + e]);
-    mx = fmaxf(mx, p[e]);
+#pragma unroll
+  for (int s = 0; s < kRouterPerLane; ++s) {
+    const int64_t e = lane + int64_t{kWarp} * s;
+    p[s] = e < E ? __half2float(logits[t * E + e]) : -INFINITY;
+    mx = fmaxf(mx, p[s]);
   }
   mx = WarpMax(mx);
   float sum = 0;
-  for (int64_t e = lane; e < E; e += kWarp) sum += (p[e] = expf(p[e] - mx));
+#pragma unroll
+  for (int s = 0; s < kRouterPerLane; ++s) sum += (p[s] = expf(p[s] - mx));  // exp(-inf) = 0 past E
   sum = WarpSum(sum);
-  for (int64_t e = lane; e < E; e += kWarp) p[e] /= sum;
-  __syncwarp();
+#pragma unroll
+  for (int s = 0; s < kRouterPerLane; ++s) p[s] = lane + kWarp * s < E ? p[s] / sum : -1.0f;  // below every probability
+  // This lane's best: scanning ascending ids keeps the first of equals.
+  auto best = [&](float& v, int& e) {
+    v = -2.0f;
+    e = INT_MAX;
+#pragma unroll
+    for (int s = 0; s < kRouterPerLane; ++s) {
+      if (p[s] > v) {
+        v = p[s];
+        e = lane + kWarp * s;
+      }
+    }
+  };
+  float v;
+  int i;
+  best(v, i);
+  float* mine = chosen + warp * k;
   float top = 0;
   for (int64_t j = 0; j < k; ++j) {
-    float v = -1.0f;
-    int i = INT_MAX;
-    for (int64_t e = lane; e < E; e += kWarp) {
-      if (p[e] > v) {  // ascending e: the first of equals is kept
-        v = p[e];
-        i = static_cast<int>(e);
-      }
-    }
+    float bv = v;
+    int bi = i;
     for (int o = kWarp / 2; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-      if (ov > v || (ov == v && oi < i)) {
-        v = ov;
-        i = oi;
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (Beats(ov, oi, bv, bi)) {
+        bv = ov;
+        bi = oi;
       }
     }
-    // Every lane now holds the same (v, i).
-    top += v;
+    // Every lane now holds the same (bv, bi).
+    top += bv;
     if (lane == 0) {
-      idx[t * k + j] = i;
-      p[E + j] = v;
-      p[i] = -2.0f;  // below every probability
+      idx[t * k + j] = bi;
+      mine[j] = bv;
     }
-    __syncwarp();
+    if (bi % kWarp == lane) {
+#pragma unroll
+      for (int s = 0; s < kRouterPerLane; ++s) {
+        if (lane + kWarp * s == bi) p[s] = -1.0f;  // taken, like the padding
+      }
+      best(v, i);
+    }
   }
-  for (int64_t j = lane; j < k; j += kWarp) w[t * k + j] = __float2half(p[E + j] / top);
+  __syncwarp();
+  for (int64_t j = lane; j < k; j += kWarp) w[t * k + j] = __float2half(mine[j] / top);
 }
 
-// The weights of row n of expert e at columns j..j+7 (j a multiple of 8): Dot8 dots them with
-// eight FP32 inputs; LoadTile8 writes them as FP16 without the per-expert global scale (E2M1 ×
-// E4M3 has at most 6 significant bits within FP16's normal range, so it is exact), which Global
-// gives. e2m1 is the 16 code values in shared memory: one table read per weight instead of a
-// decode of its bits, which cost about ten instructions per 4-bit weight.
+// The weights of row n of expert e. Dot16 dots columns j..j+15 (j a multiple of 16: eight
+// bytes of codes and their one block scale) with sixteen FP32 inputs, without the per-expert
+// global scale, which Global gives. LoadTile8 writes columns j..j+7 as FP16, also without it
+// (E2M1 × E4M3 has at most 6 significant bits within FP16's normal range, so it is exact).
+// e2m1 is the 16 code values in shared memory: one table read per weight instead of a decode of
+// its bits, which cost about ten instructions per 4-bit weight.
 struct Nvfp4Rows {
   const uint8_t* codes;
   const uint8_t* scales;
@@ -73,13 +98,16 @@ struct Nvfp4Rows {
   const float* global_b;
   int64_t split, N, K;
   __device__ __forceinline__ float Global(int64_t e, int64_t n) const { return n < split ? global_a[e] : global_b[e]; }
-  __device__ __forceinline__ float Dot8(int64_t e, int64_t n, int64_t j, const float* x, const float* e2m1) const {
+  __device__ __forceinline__ float Dot16(int64_t e, int64_t n, int64_t j, const float* x, const float* e2m1) const {
     const int64_t row = e * N + n;
-    const uint32_t c = __ldg(reinterpret_cast<const uint32_t*>(codes + row * (K / 2) + j / 2));
+    const uint2 c = __ldg(reinterpret_cast<const uint2*>(codes + row * (K / 2) + j / 2));
+    const float s = E4m3(__ldg(scales + row * (K / 16) + j / 16));
     float dot = 0;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) dot += e2m1[(c >> (4 * i)) & 15u] * x[i];
-    return dot * E4m3(__ldg(scales + row * (K / 16) + j / 16)) * Global(e, n);
+    for (int i = 0; i < 8; ++i) dot += e2m1[(c.x >> (4 * i)) & 15u] * x[i];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dot += e2m1[(c.y >> (4 * i)) & 15u] * x[8 + i];
+    return dot * s;
   }
   __device__ __forceinline__ void LoadTile8(int64_t e, int64_t n, int64_t j, __half* out) const {
     const int64_t row = e * N + n;
@@ -94,14 +122,18 @@ struct DenseRows {
   const __half* w;
   int64_t N, K;
   __device__ __forceinline__ float Global(int64_t, int64_t) const { return 1.0f; }
-  __device__ __forceinline__ float Dot8(int64_t e, int64_t n, int64_t j, const float* x, const float*) const {
-    const uint4 v = __ldg(reinterpret_cast<const uint4*>(w + (e * N + n) * K + j));
-    const __half2* h = reinterpret_cast<const __half2*>(&v);
+  __device__ __forceinline__ float Dot16(int64_t e, int64_t n, int64_t j, const float* x, const float*) const {
+    const uint4* p = reinterpret_cast<const uint4*>(w + (e * N + n) * K + j);
     float dot = 0;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __half22float2(h[i]);
-      dot += f.x * x[2 * i] + f.y * x[2 * i + 1];
+    for (int half = 0; half < 2; ++half) {
+      const uint4 v = __ldg(p + half);
+      const __half2* h = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __half22float2(h[i]);
+        dot += f.x * x[8 * half + 2 * i] + f.y * x[8 * half + 2 * i + 1];
+      }
     }
     return dot;
   }
@@ -110,25 +142,35 @@ struct DenseRows {
   }
 };
 
-// x (F16 row) · weights row n of expert e, reduced over the warp.
-template <typename Rows>
-__device__ __forceinline__ float RowDot(const Rows& rows, int64_t e, int64_t n, const __half* x, int lane,
-                                        const float* e2m1) {
-  float acc = 0;
+// dot[r] = x (F16 row) · weights row n[r] of expert e, over a group of `group` lanes (a power of
+// two up to 32, aligned within the warp): lane l of the group takes columns 16·l, 16·(l + group),
+// …, so the group's loads of a row are adjacent, and the rows' loads are issued together. Every
+// lane of the warp must call it, with the same group size.
+template <int kRows, typename Rows>
+__device__ __forceinline__ void GroupRowDots(const Rows& rows, int64_t e, const int64_t (&n)[kRows], const __half* x,
+                                             int lane, int group, const float* e2m1, float (&dot)[kRows]) {
+  float acc[kRows] = {};
 #pragma unroll 4  // several weight loads in flight per lane
-  for (int64_t j = lane * 8; j < rows.K; j += kWarp * 8) {
-    const uint4 xv = *reinterpret_cast<const uint4*>(x + j);
-    const __half2* xh = reinterpret_cast<const __half2*>(&xv);
-    float xf[8];
+  for (int64_t j = int64_t{lane} * 16; j < rows.K; j += int64_t{group} * 16) {
+    float xf[16];
+    LoadF<8>(x + j, xf);
+    LoadF<8>(x + j + 8, xf + 8);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __half22float2(xh[i]);
-      xf[2 * i] = f.x;
-      xf[2 * i + 1] = f.y;
-    }
-    acc += rows.Dot8(e, n, j, xf, e2m1);
+    for (int r = 0; r < kRows; ++r) acc[r] += rows.Dot16(e, n[r], j, xf, e2m1);
   }
-  return WarpSum(acc);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    for (int o = group / 2; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    dot[r] = acc[r] * rows.Global(e, n[r]);
+  }
+}
+
+// Lanes per row group: as many as there are 16-column runs in K, up to a warp, so that a short K
+// (a TP slice of I) still keeps most lanes busy.
+int RowGroupLanes(int64_t K) {
+  int group = 1;
+  while (group < kWarp && int64_t{group} * 2 * 16 <= K) group *= 2;
+  return group;
 }
 
 // The E2M1 code values in shared memory, for Nvfp4Rows::Dot8; every thread of the block waits
@@ -140,35 +182,42 @@ __device__ __forceinline__ const float* E2m1Table() {
   return table;
 }
 
-constexpr int kExpertThreads = 256;
+constexpr int kExpertThreads = 256, kDownRowsPerGroup = 4;
 
-// Block (pair p = t·k + j on x, a run of rows on y): one warp per intermediate row i computes the gate row i and the
-// up row I + i of expert idx[p] and writes silu(gate)·up.
+// Block (pair p = t·k + j on x, a run of intermediate rows on y): each lane group computes the
+// gate row i and the up row I + i of expert idx[p] and writes silu(gate)·up.
 template <typename Rows>
 __global__ void GateUpKernel(const __half* __restrict__ h, const int32_t* __restrict__ idx, Rows rows,
-                             __half* __restrict__ act, int64_t k, int64_t I) {
+                             __half* __restrict__ act, int64_t k, int64_t I, int group) {
   const int64_t pair = blockIdx.x, t = pair / k;
-  const int lane = threadIdx.x % kWarp;
-  const int64_t i = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % group;
+  const int64_t i = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) / group;
   const float* e2m1 = E2m1Table();
-  if (i >= I) return;
-  const int64_t e = idx[pair];
-  const __half* x = h + t * rows.K;
-  const float gate = RowDot(rows, e, i, x, lane, e2m1), up = RowDot(rows, e, I + i, x, lane, e2m1);
-  if (lane == 0) act[pair * I + i] = __float2half(Silu(gate) * up);
+  const int64_t row = i < I ? i : I - 1;  // lanes past I repeat the last row: the shuffles need them all
+  float dot[2];
+  GroupRowDots<2>(rows, idx[pair], {row, I + row}, h + t * rows.K, lane, group, e2m1, dot);
+  if (i < I && lane == 0) act[pair * I + i] = __float2half(Silu(dot[0]) * dot[1]);
 }
 
-// Block (pair, rows): one warp per output row n of the down projection, in FP32.
+// Block (pair, rows): each lane group computes kDownRowsPerGroup output rows of the down
+// projection, in FP32.
 template <typename Rows>
 __global__ void DownKernel(const __half* __restrict__ act, const int32_t* __restrict__ idx, Rows rows,
-                           float* __restrict__ pair_out) {
+                           float* __restrict__ pair_out, int group) {
   const int64_t pair = blockIdx.x;
-  const int lane = threadIdx.x % kWarp;
-  const int64_t n = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % group;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) / group * kDownRowsPerGroup;
   const float* e2m1 = E2m1Table();
-  if (n >= rows.N) return;
-  const float y = RowDot(rows, idx[pair], n, act + pair * rows.K, lane, e2m1);
-  if (lane == 0) pair_out[pair * rows.N + n] = y;
+  int64_t n[kDownRowsPerGroup];
+#pragma unroll
+  for (int r = 0; r < kDownRowsPerGroup; ++r) n[r] = n0 + r < rows.N ? n0 + r : rows.N - 1;
+  float dot[kDownRowsPerGroup];
+  GroupRowDots<kDownRowsPerGroup>(rows, idx[pair], n, act + pair * rows.K, lane, group, e2m1, dot);
+  if (lane != 0) return;
+#pragma unroll
+  for (int r = 0; r < kDownRowsPerGroup; ++r) {
+    if (n0 + r < rows.N) pair_out[pair * rows.N + n0 + r] = dot[r];
+  }
 }
 
 // out[t, n] = Σ_j w[t, j] · pair_out[t·k + j, n], in a fixed order.
@@ -278,10 +327,12 @@ void RunExperts(const __half* h, const int32_t* idx, const __half* w, const Rows
                 __half* out, ExpertScratch s, int64_t T, int64_t k, int64_t E, cudaStream_t stream) {
   const int64_t I = down.K, H = down.N, pairs = T * k;
   if (T <= kPairwiseMaxTokens) {
-    constexpr int kRowsPerBlock = kExpertThreads / kWarp;
-    GateUpKernel<<<dim3(pairs, CeilDiv(I, kRowsPerBlock)), kExpertThreads, 0, stream>>>(h, idx, gate_up, s.act, k, I);
+    const int gu_group = RowGroupLanes(gate_up.K), dn_group = RowGroupLanes(down.K);
+    GateUpKernel<<<dim3(pairs, CeilDiv(I, kExpertThreads / gu_group)), kExpertThreads, 0, stream>>>(
+        h, idx, gate_up, s.act, k, I, gu_group);
     Q38_CUDA_LAUNCHED();
-    DownKernel<<<dim3(pairs, CeilDiv(H, kRowsPerBlock)), kExpertThreads, 0, stream>>>(s.act, idx, down, s.pair_out);
+    DownKernel<<<dim3(pairs, CeilDiv(H, kExpertThreads / dn_group * kDownRowsPerGroup)), kExpertThreads, 0, stream>>>(
+        s.act, idx, down, s.pair_out, dn_group);
     Q38_CUDA_LAUNCHED();
   } else {
     const int64_t tiles = CeilDiv(pairs, kTileM) + E;  // bounds Σ_e ⌈count_e / 64⌉
@@ -317,8 +368,9 @@ __global__ void AddSigmoidGatedKernel(__half* out, const __half* __restrict__ sh
 }  // namespace
 
 void RouterTopK(const __half* logits, int32_t* idx, __half* w, int64_t T, int64_t E, int64_t k, cudaStream_t stream) {
-  const size_t shared = kRouterTokensPerBlock * (E + k) * sizeof(float);
-  CHECK_LE(shared, 48 * 1024) << E << " experts";
+  CHECK_LE(E, kRouterMaxExperts) << "experts for the router kernel";
+  CHECK_LE(k, E) << "experts per token";
+  const size_t shared = kRouterTokensPerBlock * k * sizeof(float);
   RouterKernel<<<CeilDiv(T, kRouterTokensPerBlock), kRouterTokensPerBlock * kWarp, shared, stream>>>(logits, idx, w,
                                                                                                      T, E, k);
   Q38_CUDA_LAUNCHED();
@@ -330,6 +382,8 @@ void RoutedExperts(const __half* h, const int32_t* idx, const __half* w, const E
   CHECK(gate_up.K % 16 == 0 && down.K % 16 == 0) << "expert K must be a multiple of 16";
   CHECK(reinterpret_cast<uintptr_t>(h) % 16 == 0 && reinterpret_cast<uintptr_t>(scratch.act) % 16 == 0)
       << "expert inputs must be 16-byte aligned";
+  CHECK(reinterpret_cast<uintptr_t>(gate_up.codes) % 8 == 0 && reinterpret_cast<uintptr_t>(down.codes) % 8 == 0)
+      << "expert codes must be 8-byte aligned";
   if (gate_up.dense != nullptr) {
     RunExperts(h, idx, w, DenseRows{gate_up.dense, gate_up.N, gate_up.K}, DenseRows{down.dense, down.N, down.K}, out,
                scratch, T, k, E, stream);
