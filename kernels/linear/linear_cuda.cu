@@ -8,67 +8,56 @@ namespace {
 
 constexpr int kGemvThreads = 256, kGemvWarps = kGemvThreads / kWarp;
 
-// Each output row n is read once, with 16-byte loads where K and the pointers allow, and dotted
-// with every one of the T ≤ kGemvMaxRows input rows. A row goes to a group of `group` lanes (a
-// power of two up to a warp), or to `splits` whole warps (group = 32): a short K gives each lane
-// several loads without idling most of the warp, and splitting a long K keeps a small N from
-// leaving most of the GPU idle while a few warps walk long rows. Partial sums meet by shuffles
-// within a group and in shared memory across warps, in a fixed order, so the result depends
-// only on the shape.
+// `splits` warps per output row n (a power of two up to 8), each over every splits-th run of
+// K: the row is read once, with 16-byte loads where K and the pointers allow, and dotted with
+// every one of the T ≤ kGemvMaxRows input rows. Splitting K keeps a small N from leaving most
+// of the GPU idle while a few warps walk long rows; the partial sums meet in shared memory in
+// a fixed order, so the result depends only on the shape.
 template <bool kVector>
 __global__ void GemvKernel(const __half* __restrict__ x, const __half* __restrict__ w, __half* __restrict__ y, int T, int64_t K,
-               int64_t N, int group, int splits) {
+               int64_t N, int splits) {
   __shared__ float partial[kGemvWarps][kGemvMaxRows];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, part = warp % splits;
-  const int glane = lane % group, rows_per_warp = kWarp / group;
-  const int64_t n = (static_cast<int64_t>(blockIdx.x) * (kGemvWarps / splits) + warp / splits) * rows_per_warp +
-                    lane / group;
-  constexpr int kStep = kVector ? 8 : 1;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * (kGemvWarps / splits) + warp / splits;
   float acc[kGemvMaxRows] = {};
   if (n < N) {
     const __half* row = w + n * K;
-    // Unrolled so that a lane has several weight loads in flight rather than one at a time.
+    if constexpr (kVector) {
+      // Unrolled so that a lane has several weight loads in flight rather than one at a time.
 #pragma unroll 4
-    for (int64_t k = (int64_t{part} * group + glane) * kStep; k < K; k += int64_t{group} * kStep * splits) {
-      float wf[kStep];
-      if constexpr (kVector) {
+      for (int64_t k = (part * kWarp + lane) * 8; k < K; k += int64_t{kWarp} * 8 * splits) {
         const uint4 wv = __ldg(reinterpret_cast<const uint4*>(row + k));
         const __half2* wh = reinterpret_cast<const __half2*>(&wv);
+        float2 wf[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float2 f = __half22float2(wh[i]);
-          wf[2 * i] = f.x;
-          wf[2 * i + 1] = f.y;
+        for (int i = 0; i < 4; ++i) wf[i] = __half22float2(wh[i]);
+#pragma unroll
+        for (int t = 0; t < kGemvMaxRows; ++t) {
+          if (t >= T) break;
+          const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + t * K + k));
+          const __half2* xh = reinterpret_cast<const __half2*>(&xv);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float2 xf = __half22float2(xh[i]);
+            acc[t] += wf[i].x * xf.x + wf[i].y * xf.y;
+          }
         }
-      } else {
-        wf[0] = __half2float(row[k]);
       }
+    } else {
+      for (int64_t k = part * kWarp + lane; k < K; k += int64_t{kWarp} * splits) {
+        const float wf = __half2float(row[k]);
 #pragma unroll
-      for (int t = 0; t < kGemvMaxRows; ++t) {
-        if (t >= T) break;
-        float xf[kStep];
-        LoadF<kStep>(x + t * K + k, xf);
-#pragma unroll
-        for (int i = 0; i < kStep; ++i) acc[t] += wf[i] * xf[i];
+        for (int t = 0; t < kGemvMaxRows; ++t) {
+          if (t < T) acc[t] += wf * __half2float(x[t * K + k]);
+        }
       }
     }
   }
   // Every index into acc is a constant after unrolling, so it stays in registers.
 #pragma unroll
   for (int t = 0; t < kGemvMaxRows; ++t) {
-    for (int o = group / 2; o > 0; o >>= 1) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
-  }
-  if (splits == 1) {
-    if (n >= N || glane != 0) return;
-#pragma unroll
-    for (int t = 0; t < kGemvMaxRows; ++t) {
-      if (t < T) y[t * N + n] = __float2half(acc[t]);
-    }
-    return;
-  }
-#pragma unroll
-  for (int t = 0; t < kGemvMaxRows; ++t) {
-    if (lane == 0) partial[warp][t] = acc[t];
+    const float s = WarpSum(acc[t]);
+    if (lane == 0) partial[warp][t] = s;
   }
   __syncthreads();
   if (n >= N || part != 0 || lane >= T) return;
@@ -77,15 +66,8 @@ __global__ void GemvKernel(const __half* __restrict__ x, const __half* __restric
   y[lane * N + n] = __float2half(s);
 }
 
-// Lanes per row: the most, up to a warp, that still leave each lane four 8-element runs of K.
-int GemvGroup(int64_t K) {
-  int group = 1;
-  while (group < kWarp && int64_t{group} * 2 * 4 * 8 <= K) group *= 2;
-  return group;
-}
-
-// Warps per row (whole-warp rows only): more while N alone would give the GPU few warps and K
-// is long enough that each split still walks several 256-element runs.
+// Warps per row: more while N alone would give the GPU few warps and K is long enough that each
+// split still walks several 256-element runs.
 int GemvSplits(int64_t K, int64_t N) {
   constexpr int64_t kTargetWarps = 8192;
   int splits = 1;
@@ -116,14 +98,12 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 void Linear(const __half* x, const __half* w, __half* y, int64_t T, int64_t K, int64_t N, cudaStream_t stream) {
   if (T <= kGemvMaxRows) {
-    const bool vec = K % 8 == 0 && Aligned16(x) && Aligned16(w);
-    const int group = vec ? GemvGroup(K) : kWarp;
-    const int splits = group == kWarp ? GemvSplits(K, N) : 1;
-    const dim3 grid(static_cast<unsigned>(CeilDiv(N, kGemvWarps / splits * (kWarp / group))));
-    if (vec) {
-      GemvKernel<true><<<grid, kGemvThreads, 0, stream>>>(x, w, y, static_cast<int>(T), K, N, group, splits);
+    const int splits = GemvSplits(K, N);
+    const dim3 grid(static_cast<unsigned>(CeilDiv(N, kGemvWarps / splits)));
+    if (K % 8 == 0 && Aligned16(x) && Aligned16(w)) {
+      GemvKernel<true><<<grid, kGemvThreads, 0, stream>>>(x, w, y, static_cast<int>(T), K, N, splits);
     } else {
-      GemvKernel<false><<<grid, kGemvThreads, 0, stream>>>(x, w, y, static_cast<int>(T), K, N, group, splits);
+      GemvKernel<false><<<grid, kGemvThreads, 0, stream>>>(x, w, y, static_cast<int>(T), K, N, splits);
     }
   } else {
     const dim3 grid(static_cast<unsigned>(CeilDiv(N, kTileN)), static_cast<unsigned>(CeilDiv(T, kTileM)));

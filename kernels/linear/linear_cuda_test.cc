@@ -35,10 +35,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Shape{1, 2560, 12288},  // q_proj at TP1, decode
                       Shape{1, 6144, 2560},   // o_proj
                       Shape{4, 2560, 640},    // index_qk, a few rows
-                      Shape{8, 320, 10240},   // hyper-connection up, the GEMV limit: 8 lanes a row
-                      Shape{3, 640, 2563},    // shared expert down: 16 lanes a row, a block's last rows past N
-                      Shape{1, 64, 96},       // tiny model: 2 lanes a row
-                      Shape{2, 16, 5},        // a lane a row
+                      Shape{8, 320, 10240},   // hyper-connection up, the GEMV limit
+                      Shape{3, 640, 2563},    // shared expert down; a block's last rows past N
+                      Shape{1, 64, 96},       // tiny model
+                      Shape{2, 16, 5},        // shorter K than a warp's one 16-byte run
                       Shape{9, 2560, 340},    // just past the GEMV limit: the GEMM
                       Shape{200, 2560, 1280}, // prefill
                       Shape{1, 10240, 20},    // hyper-connection down: 8 warps split each row's K
