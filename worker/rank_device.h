@@ -34,4 +34,8 @@ absl::StatusOr<RankDevice> OpenRankDevice(const RankDeviceOptions& options);
 // The CUDA half, in rank_device_cuda.cc, or an error where the build has no CUDA backend.
 absl::StatusOr<RankDevice> OpenCudaRank(const RankDeviceOptions& options);
 
+// For ranks of one process that share a GPU (worker/comm/host_staged.h): a communicator that
+// joins a CUDA rank through `host`, its member of a host group, on the backend's stream.
+absl::StatusOr<std::unique_ptr<Communicator>> StageThroughHost(Backend& backend, std::unique_ptr<Communicator> host);
+
 }  // namespace q38

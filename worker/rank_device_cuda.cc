@@ -1,6 +1,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "worker/comm/host_staged.h"
 #include "worker/comm/nccl.h"
 #include "worker/rank_device.h"
 
@@ -26,6 +27,12 @@ absl::StatusOr<RankDevice> OpenCudaRank(const RankDeviceOptions& o) {
               "gdn:recurrent_state_in_registers", "indexer:radix_topk", "ple:staged_host_rows"};
   d.backend = std::move(backend);
   return d;
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> StageThroughHost(Backend& backend, std::unique_ptr<Communicator> host) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda == nullptr) return absl::InvalidArgumentError("host-staged collectives need a CUDA backend");
+  return MakeHostStagedCommunicator(std::move(host), cuda->stream());
 }
 
 }  // namespace q38

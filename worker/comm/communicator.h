@@ -1,6 +1,7 @@
 // Collectives between the ranks of one tensor-parallel group. The model needs two: a sum
 // all-reduce after each row-parallel projection, and an all-gather for the vocab-split logits.
-// Implementations: in-process threads (tests), Gloo over TCP (CPU workers), NCCL (GPU workers).
+// Implementations: in-process threads (tests), Gloo over TCP (CPU workers), NCCL (GPU workers),
+// and CUDA ranks sharing one GPU through host memory (tests; host_staged.h).
 #pragma once
 
 #include <cstddef>

@@ -42,19 +42,27 @@ absl::Status GroupStatus(const std::vector<absl::Status>& results) {
 absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint64_t seed, int tp,
                       const std::function<absl::Status(Model&)>& fn, const LocalGroupOptions& options) {
   if (tp < 1) return absl::InvalidArgumentError("tp must be at least 1");
-  if (!options.gpus.empty() && static_cast<int>(options.gpus.size()) != tp) {
-    return absl::InvalidArgumentError("one GPU per rank is needed");
-  }
   if (options.cpu_comm != "inprocess" && options.cpu_comm != "gloo") {
     return absl::InvalidArgumentError("cpu_comm: expected inprocess or gloo, got " + options.cpu_comm);
   }
-  // CPU threads meet in process unless asked for Gloo; Gloo and NCCL rendezvous through a scratch
-  // directory, as the server's workers do.
+  if (options.cuda_comm != "nccl" && options.cuda_comm != "host") {
+    return absl::InvalidArgumentError("cuda_comm: expected nccl or host, got " + options.cuda_comm);
+  }
+  const bool staged = options.device == "cuda" && options.cuda_comm == "host";
+  if (staged && options.model.decode_graph) {
+    return absl::InvalidArgumentError("cuda_comm host: its synchronous copies cannot be recorded in the decode graph");
+  }
+  if (!staged && !options.gpus.empty() && static_cast<int>(options.gpus.size()) != tp) {
+    return absl::InvalidArgumentError("one GPU per rank is needed");
+  }
+  // CPU threads meet in process unless asked for Gloo, and so do staged CUDA ranks; Gloo and NCCL
+  // rendezvous through a scratch directory, as the server's workers do.
   const bool in_process = options.device == "cpu" && options.cpu_comm == "inprocess";
   std::vector<std::unique_ptr<Communicator>> comms;
-  if (in_process) comms = MakeInProcessGroup(tp);
+  if (in_process || staged) comms = MakeInProcessGroup(tp);
   std::string rendezvous = (std::filesystem::temp_directory_path() / "q38-group-XXXXXX").string();
-  if (!in_process && mkdtemp(rendezvous.data()) == nullptr) {
+  const bool rendezvous_needed = !in_process && !staged;
+  if (rendezvous_needed && mkdtemp(rendezvous.data()) == nullptr) {
     return absl::InternalError("cannot create a rendezvous directory");
   }
   std::vector<absl::Status> results(tp);
@@ -66,6 +74,9 @@ absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint6
         if (in_process) {
           d.backend = MakeCpuBackend();
           d.comm = std::move(comms[r]);
+        } else if (staged) {
+          ASSIGN_OR_RETURN(d, OpenRankDevice({.device = "cuda", .gpu = options.gpus.empty() ? 0 : options.gpus[0]}));
+          ASSIGN_OR_RETURN(d.comm, StageThroughHost(*d.backend, std::move(comms[r])));
         } else {
           ASSIGN_OR_RETURN(d, OpenRankDevice({.rank = r, .world = tp, .device = options.device,
                                               .gpu = options.gpus.empty() ? r : options.gpus[r],
@@ -78,7 +89,7 @@ absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint6
     });
   }
   for (auto& t : threads) t.join();
-  if (!in_process) std::filesystem::remove_all(rendezvous);
+  if (rendezvous_needed) std::filesystem::remove_all(rendezvous);
   return GroupStatus(results);
 }
 

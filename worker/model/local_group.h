@@ -1,5 +1,6 @@
 // A tensor-parallel group inside one process: one thread per rank, each with its own backend and
-// weight shard: CPU ranks joined by in-process collectives, or one GPU per rank joined by NCCL.
+// weight shard: CPU ranks joined by in-process collectives, or one GPU per rank joined by NCCL
+// (or, for tests with one GPU, every rank on one GPU joined through host memory).
 // The model runner, the benchmark and the tests use it; servers run one rank per process instead.
 #pragma once
 
@@ -18,6 +19,10 @@ struct LocalGroupOptions {
   // CPU ranks: "inprocess" (shared memory) or "gloo" (TCP over loopback, as the server's worker
   // processes meet), so that a runner measurement can be compared with the server's like for like.
   std::string cpu_comm = "inprocess";
+  // CUDA ranks: "nccl", or "host": every rank on GPU gpus[0] (default 0), collectives staged
+  // through host memory (worker/comm/host_staged.h), without the decode graph. NCCL refuses two
+  // ranks on one GPU; this runs the sharded model where one GPU is all there is.
+  std::string cuda_comm = "nccl";
   ModelOptions model;
 };
 

@@ -1,8 +1,8 @@
 // The whole model on GPUs against the CPU FP32 reference, on the tiny geometry and the trained
 // small model: teacher-forced over 600 positions (prefill, then token-by-token decode through the
-// recorded graph), at TP1 and TP2; and the decode graph's replays bitwise equal to eager
-// execution with changing inputs.
-// Skipped where no GPU (or, for TP2, no second GPU) is visible.
+// recorded graph), at TP1 and TP2 (over NCCL on two GPUs, or eagerly through host memory on one);
+// and the decode graph's replays bitwise equal to eager execution with changing inputs.
+// Skipped where no GPU (or, for TP2 over NCCL, no second GPU) is visible.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -87,10 +87,12 @@ const Reference& ReferenceFor(Case which) {
 class TinyOnGpu : public ::testing::Test {
  protected:
   // Logits of every position on GPUs: a prefill of kPrefill tokens, then one token at a time.
-  static std::vector<float> OnGpus(const Reference& ref, int tp, bool graph) {
+  // Ranks joined by NCCL run the decode graph unless told not to; host-staged ones run eagerly.
+  static std::vector<float> OnGpus(const Reference& ref, int tp, bool graph, const std::string& cuda_comm = "nccl") {
     std::vector<float> out;
     LocalGroupOptions o;
     o.device = "cuda";
+    o.cuda_comm = cuda_comm;
     o.model.decode_graph = graph;
     absl::Status s = RunLocalGroup(ref.config, *ref.store, tp, [&](Model& m) -> absl::Status {
       // Each step's output is poisoned once read: a replay that skipped writing it would show.
@@ -111,11 +113,11 @@ class TinyOnGpu : public ::testing::Test {
   // to 7.8e-2 (docs/precision.md, six seeds). There the GPU must pay no more than the contract
   // costs: top-1 within 2 points of the emulation's (the spread two implementations of the
   // contract show over 600 positions) and a p90 logits error within 1.5× of the emulation's.
-  static void ExpectAgreement(int tp) {
+  static void ExpectAgreement(int tp, const std::string& cuda_comm = "nccl") {
     for (Case c : {Case::kTinyDense, Case::kTinySparse, Case::kTrained}) {
       const Reference& ref = ReferenceFor(c);
-      const std::string what = "TP" + std::to_string(tp) + " " + Name(c);
-      const std::vector<float> gpu = OnGpus(ref, tp, true);
+      const std::string what = "TP" + std::to_string(tp) + (cuda_comm == "host" ? " on one GPU " : " ") + Name(c);
+      const std::vector<float> gpu = OnGpus(ref, tp, cuda_comm == "nccl", cuda_comm);
       ASSERT_EQ(gpu.size(), ref.logits.size()) << what;
       const int64_t V = ref.config.vocab_size;
       const Agreement fp32 = CompareLogits(gpu, ref.logits, V), contract = CompareLogits(ref.contract, ref.logits, V);
@@ -143,6 +145,14 @@ TEST_F(TinyOnGpu, Tp1MatchesCpuReference) {
 TEST_F(TinyOnGpu, Tp2MatchesCpuReference) {
   if (Gpus() < 2) GTEST_SKIP() << "fewer than two GPUs";
   ExpectAgreement(2);
+}
+
+// The sharded model at TP2 where only one GPU is visible: both ranks on it, their collectives
+// staged through host memory (NCCL refuses two ranks on one GPU). The kernels run at TP2's
+// shapes as over NCCL; only the collectives differ: on the host and eager, not in the graph.
+TEST_F(TinyOnGpu, Tp2OnOneGpuMatchesCpuReference) {
+  if (Gpus() < 1) GTEST_SKIP() << "no GPU";
+  ExpectAgreement(2, "host");
 }
 
 TEST_F(TinyOnGpu, DecodeGraphReplaysEqualEagerSteps) {

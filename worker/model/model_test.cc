@@ -182,6 +182,22 @@ TEST_F(TinyModel, GroupErrorLeadsWithTheRankThatFailedFirst) {
             "DATA_LOSS: rank 1: bad shard");
 }
 
+// Options that cannot work are refused before any rank starts: an unknown transport, and the
+// decode graph with host-staged collectives, whose synchronous copies a graph cannot record.
+TEST_F(TinyModel, LocalGroupRefusesOptionsThatCannotWork) {
+  const Loaded l = Open(dir_->path());
+  const auto never = [](Model&) { return absl::InternalError("a rank started"); };
+  LocalGroupOptions o;
+  o.device = "cuda";
+  o.cuda_comm = "shm";
+  EXPECT_EQ(RunLocalGroup(l.config, *l.store, 2, never, o).ToString(),
+            "INVALID_ARGUMENT: cuda_comm: expected nccl or host, got shm");
+  o.cuda_comm = "host";
+  o.model.decode_graph = true;
+  EXPECT_EQ(RunLocalGroup(l.config, *l.store, 2, never, o).ToString(),
+            "INVALID_ARGUMENT: cuda_comm host: its synchronous copies cannot be recorded in the decode graph");
+}
+
 TEST_F(TinyModel, ResetStartsOver) {
   const Loaded l = Open(dir_->path());
   const auto prompt = Prompt();
