@@ -85,9 +85,9 @@ __global__ void __launch_bounds__(kRouterTokensPerBlock * kWarp)
   for (int64_t j = lane; j < k; j += kWarp) w[t * k + j] = __float2half(mine[j] / top);
 }
 
-// The weights of row n of expert e. Dot16 dots columns j..j+15 (j a multiple of 16: eight
-// bytes of codes and their one block scale) with sixteen FP32 inputs, without the per-expert
-// global scale, which Global gives. LoadTile8 writes columns j..j+7 as FP16, also without it
+// The weights of row n of expert e. Dot<kCols> dots columns j..j+kCols-1 (kCols 8 or 16, j a
+// multiple of kCols: four or eight bytes of codes and their one block scale) with kCols FP32
+// inputs, without the per-expert global scale, which Global gives. LoadTile8 writes columns j..j+7 as FP16, also without it
 // (E2M1 × E4M3 has at most 6 significant bits within FP16's normal range, so it is exact).
 // e2m1 is the 16 code values in shared memory: one table read per weight instead of a decode of
 // its bits, which cost about ten instructions per 4-bit weight.
@@ -98,15 +98,24 @@ struct Nvfp4Rows {
   const float* global_b;
   int64_t split, N, K;
   __device__ __forceinline__ float Global(int64_t e, int64_t n) const { return n < split ? global_a[e] : global_b[e]; }
-  __device__ __forceinline__ float Dot16(int64_t e, int64_t n, int64_t j, const float* x, const float* e2m1) const {
+  template <int kCols>
+  __device__ __forceinline__ float Dot(int64_t e, int64_t n, int64_t j, const float* x, const float* e2m1) const {
     const int64_t row = e * N + n;
-    const uint2 c = __ldg(reinterpret_cast<const uint2*>(codes + row * (K / 2) + j / 2));
+    const uint8_t* p = codes + row * (K / 2) + j / 2;
+    uint32_t c[kCols / 8];
+    if constexpr (kCols == 16) {
+      const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+      c[0] = v.x, c[1] = v.y;
+    } else {
+      c[0] = __ldg(reinterpret_cast<const uint32_t*>(p));
+    }
     const float s = E4m3(__ldg(scales + row * (K / 16) + j / 16));
     float dot = 0;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) dot += e2m1[(c.x >> (4 * i)) & 15u] * x[i];
+    for (int w = 0; w < kCols / 8; ++w) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) dot += e2m1[(c.y >> (4 * i)) & 15u] * x[8 + i];
+      for (int i = 0; i < 8; ++i) dot += e2m1[(c[w] >> (4 * i)) & 15u] * x[8 * w + i];
+    }
     return dot * s;
   }
   __device__ __forceinline__ void LoadTile8(int64_t e, int64_t n, int64_t j, __half* out) const {
@@ -122,11 +131,12 @@ struct DenseRows {
   const __half* w;
   int64_t N, K;
   __device__ __forceinline__ float Global(int64_t, int64_t) const { return 1.0f; }
-  __device__ __forceinline__ float Dot16(int64_t e, int64_t n, int64_t j, const float* x, const float*) const {
+  template <int kCols>
+  __device__ __forceinline__ float Dot(int64_t e, int64_t n, int64_t j, const float* x, const float*) const {
     const uint4* p = reinterpret_cast<const uint4*>(w + (e * N + n) * K + j);
     float dot = 0;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
+    for (int half = 0; half < kCols / 8; ++half) {
       const uint4 v = __ldg(p + half);
       const __half2* h = reinterpret_cast<const __half2*>(&v);
 #pragma unroll
@@ -143,20 +153,20 @@ struct DenseRows {
 };
 
 // dot[r] = x (F16 row) · weights row n[r] of expert e, over a group of `group` lanes (a power of
-// two up to 32, aligned within the warp): lane l of the group takes columns 16·l, 16·(l + group),
-// …, so the group's loads of a row are adjacent, and the rows' loads are issued together. Every
-// lane of the warp must call it, with the same group size.
-template <int kRows, typename Rows>
+// two up to 32, aligned within the warp): lane l of the group takes kCols columns at kCols·l,
+// kCols·(l + group), …, so the group's loads of a row are adjacent, and the rows' loads are
+// issued together. Every lane of the warp must call it, with the same group size.
+template <int kRows, int kCols, typename Rows>
 __device__ __forceinline__ void GroupRowDots(const Rows& rows, int64_t e, const int64_t (&n)[kRows], const __half* x,
                                              int lane, int group, const float* e2m1, float (&dot)[kRows]) {
   float acc[kRows] = {};
 #pragma unroll 4  // several weight loads in flight per lane
-  for (int64_t j = int64_t{lane} * 16; j < rows.K; j += int64_t{group} * 16) {
-    float xf[16];
-    LoadF<8>(x + j, xf);
-    LoadF<8>(x + j + 8, xf + 8);
+  for (int64_t j = int64_t{lane} * kCols; j < rows.K; j += int64_t{group} * kCols) {
+    float xf[kCols];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r] += rows.Dot16(e, n[r], j, xf, e2m1);
+    for (int i = 0; i < kCols; i += 8) LoadF<8>(x + j + i, xf + i);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r] += rows.template Dot<kCols>(e, n[r], j, xf, e2m1);
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -165,15 +175,15 @@ __device__ __forceinline__ void GroupRowDots(const Rows& rows, int64_t e, const 
   }
 }
 
-// Lanes per row group: as many as there are 16-column runs in K, up to a warp, so that a short K
-// (a TP slice of I) still keeps most lanes busy.
-int RowGroupLanes(int64_t K) {
+// Lanes per row group: as many as there are kCols-column runs in K, up to a warp, so that a short
+// K (a TP slice of I) still keeps most lanes busy.
+int RowGroupLanes(int64_t K, int cols) {
   int group = 1;
-  while (group < kWarp && int64_t{group} * 2 * 16 <= K) group *= 2;
+  while (group < kWarp && int64_t{group} * 2 * cols <= K) group *= 2;
   return group;
 }
 
-// The E2M1 code values in shared memory, for Nvfp4Rows::Dot8; every thread of the block waits
+// The E2M1 code values in shared memory, for Nvfp4Rows::Dot; every thread of the block waits
 // for them, so call it before any thread leaves.
 __device__ __forceinline__ const float* E2m1Table() {
   __shared__ float table[16];
@@ -182,7 +192,7 @@ __device__ __forceinline__ const float* E2m1Table() {
   return table;
 }
 
-constexpr int kExpertThreads = 256;
+constexpr int kExpertThreads = 256, kGateUpCols = 16, kDownCols = 8;
 
 // Block (pair p = t·k + j on x, a run of intermediate rows on y): each lane group computes the
 // gate row i and the up row I + i of expert idx[p] and writes silu(gate)·up.
@@ -195,13 +205,14 @@ __global__ void GateUpKernel(const __half* __restrict__ h, const int32_t* __rest
   const float* e2m1 = E2m1Table();
   const int64_t row = i < I ? i : I - 1;  // lanes past I repeat the last row: the shuffles need them all
   float dot[2];
-  GroupRowDots<2>(rows, idx[pair], {row, I + row}, h + t * rows.K, lane, group, e2m1, dot);
+  GroupRowDots<2, kGateUpCols>(rows, idx[pair], {row, I + row}, h + t * rows.K, lane, group, e2m1, dot);
   if (i < I && lane == 0) act[pair * I + i] = __float2half(Silu(dot[0]) * dot[1]);
 }
 
 // Block (pair, rows): each lane group computes one output row n of the down projection, in
-// FP32. (Four rows a group, with a quarter of the groups, took 23 µs a call at TP1, against 20
-// for the earlier warp a row: at K = 640 the GPU needs warps more than loads in flight per warp.)
+// FP32, eight columns a lane step. (At TP1, K = 640: four rows a group with sixteen columns took
+// 23 µs a call, one row with sixteen 22.6, a warp a row with eight 20; the short rows want more
+// lanes busy rather than more loads in flight per lane.)
 template <typename Rows>
 __global__ void DownKernel(const __half* __restrict__ act, const int32_t* __restrict__ idx, Rows rows,
                            float* __restrict__ pair_out, int group) {
@@ -210,7 +221,7 @@ __global__ void DownKernel(const __half* __restrict__ act, const int32_t* __rest
   const int64_t n = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) / group;
   const float* e2m1 = E2m1Table();
   float dot[1];
-  GroupRowDots<1>(rows, idx[pair], {n < rows.N ? n : rows.N - 1}, act + pair * rows.K, lane, group, e2m1, dot);
+  GroupRowDots<1, kDownCols>(rows, idx[pair], {n < rows.N ? n : rows.N - 1}, act + pair * rows.K, lane, group, e2m1, dot);
   if (n < rows.N && lane == 0) pair_out[pair * rows.N + n] = dot[0];
 }
 
@@ -321,7 +332,7 @@ void RunExperts(const __half* h, const int32_t* idx, const __half* w, const Rows
                 __half* out, ExpertScratch s, int64_t T, int64_t k, int64_t E, cudaStream_t stream) {
   const int64_t I = down.K, H = down.N, pairs = T * k;
   if (T <= kPairwiseMaxTokens) {
-    const int gu_group = RowGroupLanes(gate_up.K), dn_group = RowGroupLanes(down.K);
+    const int gu_group = RowGroupLanes(gate_up.K, kGateUpCols), dn_group = RowGroupLanes(down.K, kDownCols);
     GateUpKernel<<<dim3(pairs, CeilDiv(I, kExpertThreads / gu_group)), kExpertThreads, 0, stream>>>(
         h, idx, gate_up, s.act, k, I, gu_group);
     Q38_CUDA_LAUNCHED();
