@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Where a full-size step's GPU time goes, for decode and for prefill: Nsight Compute times every
 # kernel (synthetic release weights, TP1; kernels serialized, so launch gaps are not in it) and
-# scripts/kernel_profile.py sums them per kernel and per step. Decode kernels also count their
-# DRAM bytes, so each row shows the bandwidth it reached (the GEMV per grid size). Called by scripts/gpu-run.sh when
+# scripts/kernel_profile.py sums them per kernel and per step. Called by scripts/gpu-run.sh when
 # Q38_PROFILE is set; skipped where ncu is missing.
 # Usage: scripts/gpu-kernel-profile.sh PACKED_DIR OUT_DIR [TIMEOUT_S per profile] [PREFILL_TOKENS=8192]
 set -uo pipefail
@@ -15,12 +14,12 @@ if [[ ! -x $ncu ]]; then
   echo "kernel profile: skipped (no ncu)"
   exit 0
 fi
-# profile NAME PROMPT_TOKENS METRICS SUMMARY_ARGS...: one warmup and one measured run of the
-# prompt and one decode step, every kernel measured.
+# profile NAME PROMPT_TOKENS SUMMARY_ARGS...: one warmup and one measured run of the prompt and
+# one decode step, every kernel timed.
 profile() {
-  local name=$1 prompt=$2 metrics=$3
-  shift 3
-  timeout "$timeout_s" "$ncu" --metrics "$metrics" --csv --page raw --print-units base \
+  local name=$1 prompt=$2
+  shift 2
+  timeout "$timeout_s" "$ncu" --metrics gpu__time_duration.sum --csv --page raw --print-units base \
       "$packed/bin/q38-bench-model" --synthetic release --device cuda --tp 1 --prompt_tokens "$prompt" \
       --decode_tokens 2 --repeats 1 > "$out/$name-profile.csv" 2> "$out/$name-profile.err"
   echo "$name profile: ncu exit $? ($(wc -l < "$out/$name-profile.csv") lines)"
@@ -29,6 +28,6 @@ profile() {
   xz -f "$out/$name-profile.csv"
 }
 # A 1-token prompt: all four steps are 1-token steps.
-profile decode 1 gpu__time_duration.sum,dram__bytes.sum --split GemvKernel --top 35
+profile decode 1
 # Steps alternate prefill, decode: keep the prefills.
-profile prefill "$prefill_tokens" gpu__time_duration.sum --period 2 --pick 0
+profile prefill "$prefill_tokens" --period 2 --pick 0
