@@ -72,7 +72,7 @@ absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint6
       results[r] = [&]() -> absl::Status {
         RankDevice d;
         if (in_process) {
-          d.backend = MakeCpuBackend();
+          d.backend = options.cpu_backend ? options.cpu_backend() : MakeCpuBackend();
           d.comm = std::move(comms[r]);
         } else if (staged) {
           ASSIGN_OR_RETURN(d, OpenRankDevice({.device = "cuda", .gpu = options.gpus.empty() ? 0 : options.gpus[0]}));

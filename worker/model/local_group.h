@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,9 @@ struct LocalGroupOptions {
   // CPU ranks: "inprocess" (shared memory) or "gloo" (TCP over loopback, as the server's worker
   // processes meet), so that a runner measurement can be compared with the server's like for like.
   std::string cpu_comm = "inprocess";
+  // In-process CPU ranks: their backend (default: the FP32 CPU backend). The precision study runs
+  // the FP16-contract emulation sharded with it.
+  std::function<std::unique_ptr<Backend>()> cpu_backend;
   // CUDA ranks: "nccl", or "host": every rank on GPU gpus[0] (default 0), collectives staged
   // through host memory (worker/comm/host_staged.h), without the decode graph. NCCL refuses two
   // ranks on one GPU; this runs the sharded model where one GPU is all there is.

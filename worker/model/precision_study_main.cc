@@ -1,7 +1,8 @@
 // q38-precision-study: what the GPU's precision contract costs by itself. Runs a checkpoint on
 // the CPU twice, in FP32 and under FP16-contract emulation (kernels/fp16_emulation.h), teacher-
-// forced over a probe sequence, and reports how closely the emulated logits follow FP32. With
-// --sweep, one row per op with only that op's outputs rounded.
+// forced over a probe sequence, and reports how closely the emulated logits follow FP32 (the
+// emulation sharded over --tp in-process ranks, the reference always at TP1). With --sweep, one
+// row per op with only that op's outputs rounded.
 #include <algorithm>
 #include <iostream>
 #include <set>
@@ -17,6 +18,7 @@
 #include "kernels/fp16_emulation.h"
 #include "worker/checkpoint/tensor_store.h"
 #include "worker/model/agreement.h"
+#include "worker/model/local_group.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory (q38-make-checkpoint writes random ones)");
 ABSL_FLAG(int64_t, positions, 600, "probe sequence length");
@@ -24,6 +26,7 @@ ABSL_FLAG(int64_t, prefill, 64, "tokens prefilled at once before the token-by-to
 ABSL_FLAG(std::string, exact_ops, "", "comma-separated ops whose outputs stay FP32");
 ABSL_FLAG(int32_t, indexer_budget, 0, "tokens the QSA indexer keeps, in place of the checkpoint's own (0 keeps it)");
 ABSL_FLAG(bool, sweep, false, "also one run per op with only that op's outputs rounded");
+ABSL_FLAG(int32_t, tp, 1, "tensor-parallel ranks of the emulated run (threads of this process)");
 
 namespace q38 {
 namespace {
@@ -51,9 +54,21 @@ absl::Status Main() {
   }
   auto cpu = MakeCpuBackend();
   ASSIGN_OR_RETURN(const std::vector<float> reference, TeacherForcedOnBackend(config, *store, *cpu, ids, prefill));
+  const int tp = absl::GetFlag(FLAGS_tp);
   const auto study = [&](const std::set<std::string>& exact_ops) -> absl::StatusOr<Agreement> {
-    auto emulated = MakeFp16EmulationBackend(exact_ops);
-    ASSIGN_OR_RETURN(const std::vector<float> got, TeacherForcedOnBackend(config, *store, *emulated, ids, prefill));
+    std::vector<float> got;
+    if (tp == 1) {
+      auto emulated = MakeFp16EmulationBackend(exact_ops);
+      ASSIGN_OR_RETURN(got, TeacherForcedOnBackend(config, *store, *emulated, ids, prefill));
+    } else {
+      LocalGroupOptions o;
+      o.cpu_backend = [&] { return MakeFp16EmulationBackend(exact_ops); };
+      RETURN_IF_ERROR(RunLocalGroup(config, *store, tp, [&](Model& m) -> absl::Status {
+        ASSIGN_OR_RETURN(std::vector<float> logits, TeacherForcedLogits(m, ids, prefill));
+        if (m.comm().rank() == 0) got = std::move(logits);
+        return absl::OkStatus();
+      }, o));
+    }
     return CompareLogits(got, reference, config.vocab_size);
   };
   ASSIGN_OR_RETURN(const Agreement all, study(exact));
@@ -77,7 +92,7 @@ absl::Status Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "The FP16 contract against FP32 on the CPU: q38-precision-study --model DIR [--sweep] [--exact_ops Linear,...] "
-      "[--indexer_budget N]");
+      "[--indexer_budget N] [--tp N]");
   absl::ParseCommandLine(argc, argv);
   if (absl::Status s = q38::Main(); !s.ok()) {
     std::cerr << "q38-precision-study: " << s << "\n";

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # q38-precision-study end to end on a tiny checkpoint: the contract's agreement with FP32 comes
-# out within (0, 1], an op left exact is named, a smaller indexer budget changes the result, and
-# bad input is refused with exit 2.
+# out within (0, 1], an op left exact is named, a smaller indexer budget changes the result, the
+# emulation runs sharded at TP2, and bad input is refused with exit 2.
 # Usage: precision_study_test.sh Q38_MAKE_CHECKPOINT Q38_PRECISION_STUDY
 set -euo pipefail
 make=$1 study=$2
@@ -14,11 +14,15 @@ echo "$out" | grep -Eq '^FP16 contract \(exact: Linear\) against FP32: top-1 agr
 dense=$("$study" --model "$dir/tiny" --positions 80 --prefill 16 --indexer_budget 1024)
 sparse=$("$study" --model "$dir/tiny" --positions 80 --prefill 16 --indexer_budget 16)
 [[ $dense != "$sparse" ]] || { echo "--indexer_budget changed nothing: $dense"; exit 1; }
+"$study" --model "$dir/tiny" --positions 80 --prefill 16 --tp 2 |
+  grep -Eq '^FP16 contract against FP32: top-1 agreement (0\.[0-9]*[1-9][0-9]*|1\.0000) over 80 positions'
 set +e
 err=$("$study" --model "$dir/tiny" --indexer_budget -1 2>&1); rc=$?
 [[ $rc -eq 2 && $err == *"--indexer_budget must be positive"* ]] || { echo "bad budget: rc $rc: $err"; exit 1; }
 err=$("$study" --model "$dir/tiny" --indexer_budget 6 2>&1); rc=$?
 [[ $rc -eq 2 && $err == *"must be a multiple of indexer_compress_ratio"* ]] || { echo "budget 6: rc $rc: $err"; exit 1; }
+err=$("$study" --model "$dir/tiny" --tp 0 2>&1); rc=$?
+[[ $rc -eq 2 && $err == *"tp must be at least 1"* ]] || { echo "tp 0: rc $rc: $err"; exit 1; }
 err=$("$study" --model "$dir/tiny" --exact_ops Nope 2>&1); rc=$?
 set -e
 [[ $rc -eq 2 && $err == *"--exact_ops: no op Nope"* ]] || { echo "bad op: rc $rc: $err"; exit 1; }
