@@ -34,7 +34,7 @@ for t in cuda_backend_test linear_cuda_test norm_cuda_test rope_cuda_test conv_c
   line=$(grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$out/test.log" | tr '\n' ' ')
   [[ $rc -eq 0 ]] || failed=1
   note "$(printf '%-22s %-4s %4ss  %s' "$t" "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" $((SECONDS - start)) "$line")"
-  grep -h "top-1 agreement" "$out/test.log" | sed 's/^/    /' | tee -a "$summary"
+  grep -h -e "top-1 agreement" -e "along the probe" "$out/test.log" | sed 's/^/    /' | tee -a "$summary"
 done
 rm -f "$out/test.log"
 

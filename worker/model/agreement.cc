@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "worker/comm/communicator.h"
 #include "worker/model/weights.h"
@@ -46,6 +47,24 @@ absl::StatusOr<std::vector<float>> TeacherForcedOnBackend(const ModelConfig& con
   return TeacherForcedLogits(model, ids, prefill);
 }
 
+namespace {
+
+// ‖g − r‖₂ / ‖r‖₂ over one position's logits.
+double RelError(const float* g, const float* r, int64_t vocab) {
+  double err = 0, norm = 0;
+  for (int64_t v = 0; v < vocab; ++v) {
+    err += (static_cast<double>(g[v]) - r[v]) * (static_cast<double>(g[v]) - r[v]);
+    norm += static_cast<double>(r[v]) * r[v];
+  }
+  return norm > 0 ? std::sqrt(err / norm) : std::sqrt(err);
+}
+
+bool SameTop(const float* g, const float* r, int64_t vocab) {
+  return std::max_element(g, g + vocab) - g == std::max_element(r, r + vocab) - r;
+}
+
+}  // namespace
+
 Agreement CompareLogits(const std::vector<float>& got, const std::vector<float>& reference, int64_t vocab) {
   Agreement a;
   if (vocab <= 0 || got.size() != reference.size() || got.empty()) return a;
@@ -57,21 +76,18 @@ Agreement CompareLogits(const std::vector<float>& got, const std::vector<float>&
     const float* r = reference.data() + p * vocab;
     const int64_t top = std::max_element(r, r + vocab) - r;
     float second = -INFINITY, scale = 0;
-    double err = 0, norm = 0;
     for (int64_t v = 0; v < vocab; ++v) {
       if (v != top) second = std::max(second, r[v]);
       scale = std::max(scale, std::fabs(r[v]));
       a.finite = a.finite && std::isfinite(g[v]);
-      err += (static_cast<double>(g[v]) - r[v]) * (static_cast<double>(g[v]) - r[v]);
-      norm += static_cast<double>(r[v]) * r[v];
     }
-    const bool same = std::max_element(g, g + vocab) - g == top;
+    const bool same = SameTop(g, r, vocab);
     agree += same;
     if (r[top] - second > 0.01f * scale) {
       ++a.decided_positions;
       decided_agree += same;
     }
-    errors.push_back(norm > 0 ? std::sqrt(err / norm) : std::sqrt(err));
+    errors.push_back(RelError(g, r, vocab));
     if (p == a.positions - 1) {
       double diff = 0;
       for (int64_t v = 0; v < vocab; ++v) diff = std::max(diff, std::fabs(static_cast<double>(g[v]) - r[v]));
@@ -84,6 +100,26 @@ Agreement CompareLogits(const std::vector<float>& got, const std::vector<float>&
   a.median_rel_error = errors[errors.size() / 2];
   a.p90_rel_error = errors[errors.size() * 9 / 10];
   return a;
+}
+
+std::string ErrorAlongPositions(const std::vector<float>& got, const std::vector<float>& reference, int64_t vocab,
+                                int parts) {
+  if (vocab <= 0 || parts <= 0 || got.size() != reference.size() || got.empty()) return "";
+  const int64_t positions = static_cast<int64_t>(reference.size()) / vocab;
+  std::vector<std::string> runs;
+  for (int i = 0; i < parts; ++i) {
+    const int64_t begin = positions * i / parts, end = positions * (i + 1) / parts;
+    if (begin == end) continue;
+    double worst = 0;
+    int64_t misses = 0;
+    for (int64_t p = begin; p < end; ++p) {
+      const float *g = got.data() + p * vocab, *r = reference.data() + p * vocab;
+      worst = std::max(worst, RelError(g, r, vocab));
+      misses += !SameTop(g, r, vocab);
+    }
+    runs.push_back(absl::StrFormat("%d-%d: max %.1e, %d misses", begin, end - 1, worst, misses));
+  }
+  return absl::StrJoin(runs, "; ");
 }
 
 std::string Describe(const Agreement& a) {

@@ -47,4 +47,11 @@ Agreement CompareLogits(const std::vector<float>& got, const std::vector<float>&
 
 std::string Describe(const Agreement& a);
 
+// Where along the sequence `got` departs from the reference: for each of `parts` equal runs of
+// positions, in order, the largest per-position relative error and the top-1 misses
+// ("0-149: max 1.2e-03, 0 misses; 150-299: ..."). A fault that starts at some position shows as a
+// step; rounding noise stays level.
+std::string ErrorAlongPositions(const std::vector<float>& got, const std::vector<float>& reference, int64_t vocab,
+                                int parts);
+
 }  // namespace q38

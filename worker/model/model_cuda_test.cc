@@ -125,6 +125,8 @@ class TinyOnGpu : public ::testing::Test {
       std::printf("%s, CPU FP16 contract against FP32: %s\n", what.c_str(), Describe(contract).c_str());
       std::printf("%s, GPU against the CPU FP16 contract: %s\n", what.c_str(),
                   Describe(CompareLogits(gpu, ref.contract, V)).c_str());
+      std::printf("%s, GPU against FP32 along the probe: %s\n", what.c_str(),
+                  ErrorAlongPositions(gpu, ref.logits, V, 6).c_str());
       EXPECT_TRUE(fp32.finite) << what;
       if (c == Case::kTrained) {
         EXPECT_GE(fp32.top1, 0.99) << what;
