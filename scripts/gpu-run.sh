@@ -24,6 +24,22 @@ nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 note "q38 GPU run $(date -u +%FT%TZ) on $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs)"
 note "driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1); commit $(cat "$packed/COMMIT" 2>/dev/null)"
 
+# A failing model test again, to tell its cause: with every launch waiting for its kernel (a
+# missing wait between host and device goes away there), then under compute-sanitizer's memcheck
+# (out-of-bounds and misaligned accesses).
+diagnose_model() {
+  [[ -n $1 ]] || return 0
+  CUDA_LAUNCH_BLOCKING=1 timeout 240 "$packed/bin/model_cuda_test" --gtest_filter="$1" > "$out/serialized.log" 2>&1
+  note "  model_cuda_test $1 again with CUDA_LAUNCH_BLOCKING=1: exit $?"
+  grep -h "along the probe" "$out/serialized.log" | sed 's/^/    /' | tee -a "$summary"
+  if command -v compute-sanitizer > /dev/null; then
+    timeout 300 compute-sanitizer --tool memcheck --print-limit 20 "$packed/bin/model_cuda_test" --gtest_filter="$1" \
+        > "$out/memcheck.log" 2>&1
+    note "  ... under compute-sanitizer memcheck: exit $? ($(grep -m1 -E 'ERROR SUMMARY' "$out/memcheck.log"))"
+    grep -m5 -E 'Invalid|out of bounds|at 0x' "$out/memcheck.log" | sed 's/^/    /' | tee -a "$summary"
+  fi
+}
+
 failed=0
 for t in cuda_backend_test linear_cuda_test norm_cuda_test rope_cuda_test conv_cuda_test gdn_cuda_test \
          attention_cuda_test moe_cuda_test hc_cuda_test ple_cuda_test model_cuda_test gpu_server_test parity_test; do
@@ -35,6 +51,8 @@ for t in cuda_backend_test linear_cuda_test norm_cuda_test rope_cuda_test conv_c
   [[ $rc -eq 0 ]] || failed=1
   note "$(printf '%-22s %-4s %4ss  %s' "$t" "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" $((SECONDS - start)) "$line")"
   grep -h -e "top-1 agreement" -e "along the probe" "$out/test.log" | sed 's/^/    /' | tee -a "$summary"
+  [[ $rc -eq 0 || $t != model_cuda_test ]] || diagnose_model "$(grep -oE '^\[  FAILED  \] [A-Za-z0-9_.]+' "$out/test.log" |
+                                                               awk '{print $4}' | sort -u | paste -sd: -)"
 done
 rm -f "$out/test.log"
 

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
@@ -19,32 +21,39 @@ std::vector<int32_t> ProbeSequence(int64_t n, const ModelConfig& config) {
   return ids;
 }
 
-absl::StatusOr<std::vector<float>> TeacherForcedLogits(Model& model, const std::vector<int32_t>& ids, int64_t prefill,
-                                                       const std::function<void(Buffer&)>& after_step) {
+absl::StatusOr<TeacherForced> TeacherForcedRun(Model& model, const std::vector<int32_t>& ids, int64_t prefill,
+                                               const std::function<void(Buffer&)>& after_step) {
   const int64_t n = static_cast<int64_t>(ids.size());
   if (prefill < 1 || prefill > n) return absl::InvalidArgumentError("prefill must be within the sequence");
   SequenceState state = model.NewSequence(n);
-  std::vector<float> all;
+  TeacherForced run;
   absl::StatusOr<Buffer> local = model.Forward({ids.begin(), ids.begin() + prefill}, state, prefill);
   for (int64_t i = prefill;; ++i) {
     if (!local.ok()) return local.status();
     absl::StatusOr<std::vector<float>> logits = model.GatherLogits(*local);
     if (!logits.ok()) return logits.status();
-    all.insert(all.end(), logits->begin(), logits->end());
+    run.logits.insert(run.logits.end(), logits->begin(), logits->end());
     if (after_step) after_step(*local);
     if (i == n) break;
     local = model.Forward({ids[i]}, state);
   }
-  return all;
+  for (size_t i = 0; i < state.attention.size(); ++i) {
+    const Buffer& keys = state.attention[i].raw_keys;
+    if (!keys) continue;
+    run.attention_layers.push_back(static_cast<int>(i));
+    run.index_keys.emplace_back(keys.t().numel());
+    model.backend().CopyToHost(keys.t(), run.index_keys.back().data());
+  }
+  return run;
 }
 
-absl::StatusOr<std::vector<float>> TeacherForcedOnBackend(const ModelConfig& config, const TensorStore& store,
-                                                          Backend& backend, const std::vector<int32_t>& ids,
-                                                          int64_t prefill) {
+absl::StatusOr<TeacherForced> TeacherForcedOnBackend(const ModelConfig& config, const TensorStore& store,
+                                                     Backend& backend, const std::vector<int32_t>& ids,
+                                                     int64_t prefill) {
   auto comm = MakeInProcessGroup(1);
   ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(config, store, backend, {0, 1}));
   Model model(config, std::move(weights), backend, *comm[0], {});
-  return TeacherForcedLogits(model, ids, prefill);
+  return TeacherForcedRun(model, ids, prefill);
 }
 
 namespace {
@@ -102,24 +111,59 @@ Agreement CompareLogits(const std::vector<float>& got, const std::vector<float>&
   return a;
 }
 
-std::string ErrorAlongPositions(const std::vector<float>& got, const std::vector<float>& reference, int64_t vocab,
-                                int parts) {
-  if (vocab <= 0 || parts <= 0 || got.size() != reference.size() || got.empty()) return "";
-  const int64_t positions = static_cast<int64_t>(reference.size()) / vocab;
+namespace {
+
+// For each of `parts` equal runs of rows: "begin-end: max E" and, with top1, ", N misses".
+std::string Along(const std::vector<float>& got, const std::vector<float>& reference, int64_t width, int parts,
+                  bool top1) {
+  if (width <= 0 || parts <= 0 || got.size() != reference.size() || got.empty()) return "";
+  const int64_t rows = static_cast<int64_t>(reference.size()) / width;
   std::vector<std::string> runs;
   for (int i = 0; i < parts; ++i) {
-    const int64_t begin = positions * i / parts, end = positions * (i + 1) / parts;
+    const int64_t begin = rows * i / parts, end = rows * (i + 1) / parts;
     if (begin == end) continue;
     double worst = 0;
     int64_t misses = 0;
     for (int64_t p = begin; p < end; ++p) {
-      const float *g = got.data() + p * vocab, *r = reference.data() + p * vocab;
-      worst = std::max(worst, RelError(g, r, vocab));
-      misses += !SameTop(g, r, vocab);
+      const float *g = got.data() + p * width, *r = reference.data() + p * width;
+      worst = std::max(worst, RelError(g, r, width));
+      misses += !SameTop(g, r, width);
     }
-    runs.push_back(absl::StrFormat("%d-%d: max %.1e, %d misses", begin, end - 1, worst, misses));
+    runs.push_back(absl::StrFormat("%d-%d: max %.1e", begin, end - 1, worst) +
+                   (top1 ? absl::StrFormat(", %d misses", misses) : ""));
   }
   return absl::StrJoin(runs, "; ");
+}
+
+}  // namespace
+
+std::string ErrorAlongPositions(const std::vector<float>& got, const std::vector<float>& reference, int64_t vocab,
+                                int parts) {
+  return Along(got, reference, vocab, parts, /*top1=*/true);
+}
+
+std::string ErrorAlongRows(const std::vector<float>& got, const std::vector<float>& reference, int64_t width,
+                           int parts) {
+  return Along(got, reference, width, parts, /*top1=*/false);
+}
+
+std::string IndexKeysAlongProbe(const TeacherForced& got, const TeacherForced& reference, int64_t di, int parts,
+                                const std::string& prefix) {
+  std::string out;
+  for (size_t k = 0; k < got.index_keys.size() && k < reference.index_keys.size(); ++k) {
+    absl::StrAppend(&out, prefix, "index keys of layer ", got.attention_layers[k], " along the probe: ",
+                    ErrorAlongRows(got.index_keys[k], reference.index_keys[k], di, parts), "\n");
+  }
+  return out;
+}
+
+int64_t FirstDifferingRow(const std::vector<float>& a, const std::vector<float>& b, int64_t width) {
+  if (width <= 0) return -1;
+  const size_t n = std::min(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return static_cast<int64_t>(i) / width;
+  }
+  return a.size() == b.size() ? -1 : static_cast<int64_t>(n) / width;
 }
 
 std::string Describe(const Agreement& a) {

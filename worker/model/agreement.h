@@ -17,17 +17,27 @@ namespace q38 {
 // vocabulary, with the first EOS id at n/2 (it cuts the PLE n-gram history).
 std::vector<int32_t> ProbeSequence(int64_t n, const ModelConfig& config);
 
-// Logits [positions, vocab] at every position of `ids`: a prefill of `prefill` tokens (the last
-// prefill token's logits first), then one token at a time, each fed the reference token (teacher
-// forcing). after_step runs on each step's logits buffer once they have been read.
-absl::StatusOr<std::vector<float>> TeacherForcedLogits(Model& model, const std::vector<int32_t>& ids, int64_t prefill,
-                                                       const std::function<void(Buffer&)>& after_step = {});
+// What a teacher-forced run leaves: the logits of every position and, per attention layer, the
+// indexer's raw keys of every position. The keys project the layer's normalized input and are
+// replicated on every rank, so they show in which layer, and where along the sequence, a run
+// departs from another, and whether tensor-parallel ranks still hold the same replica.
+struct TeacherForced {
+  std::vector<float> logits;                   // [positions, vocab]
+  std::vector<int> attention_layers;           // the attention layers, in order
+  std::vector<std::vector<float>> index_keys;  // per attention layer: [positions, di]
+};
+
+// A run over `ids`: a prefill of `prefill` tokens (the last prefill token's logits first), then
+// one token at a time, each fed the reference token (teacher forcing). after_step runs on each
+// step's logits buffer once they have been read.
+absl::StatusOr<TeacherForced> TeacherForcedRun(Model& model, const std::vector<int32_t>& ids, int64_t prefill,
+                                               const std::function<void(Buffer&)>& after_step = {});
 
 // The same on one rank of `backend` with the checkpoint's weights (TP1, no collectives): the
 // CPU references, FP32 or under FP16-contract emulation.
-absl::StatusOr<std::vector<float>> TeacherForcedOnBackend(const ModelConfig& config, const TensorStore& store,
-                                                          Backend& backend, const std::vector<int32_t>& ids,
-                                                          int64_t prefill);
+absl::StatusOr<TeacherForced> TeacherForcedOnBackend(const ModelConfig& config, const TensorStore& store,
+                                                     Backend& backend, const std::vector<int32_t>& ids,
+                                                     int64_t prefill);
 
 struct Agreement {
   int64_t positions = 0;
@@ -53,5 +63,18 @@ std::string Describe(const Agreement& a);
 // step; rounding noise stays level.
 std::string ErrorAlongPositions(const std::vector<float>& got, const std::vector<float>& reference, int64_t vocab,
                                 int parts);
+
+// The same for rows that are not logits (the index keys): the largest relative error of each run
+// of rows, without top-1 ("0-149: max 1.2e-03; 150-299: ...").
+std::string ErrorAlongRows(const std::vector<float>& got, const std::vector<float>& reference, int64_t width,
+                           int parts);
+
+// One line per attention layer: `prefix`, "index keys of layer L along the probe: ", and
+// ErrorAlongRows of got's keys (width di) against the reference's.
+std::string IndexKeysAlongProbe(const TeacherForced& got, const TeacherForced& reference, int64_t di, int parts,
+                                const std::string& prefix);
+
+// The first row in which a and b ([rows, width]) differ bitwise, or −1 where none does.
+int64_t FirstDifferingRow(const std::vector<float>& a, const std::vector<float>& b, int64_t width);
 
 }  // namespace q38

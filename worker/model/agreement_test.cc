@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace q38 {
 namespace {
 
@@ -38,6 +40,28 @@ TEST(Agreement, ErrorAlongPositionsLocatesTheDeparture) {
   // More parts than positions: one run per position, none empty.
   EXPECT_EQ(ErrorAlongPositions(r, r, kVocab, 8).find("--"), std::string::npos);
   EXPECT_EQ(ErrorAlongPositions(g, std::vector<float>(3), kVocab, 3), "");
+}
+
+TEST(Agreement, ErrorAlongRowsLeavesTopOneOut) {
+  const std::vector<float> r = Reference();
+  std::vector<float> g = r;
+  g[5 * kVocab + 1] += 0.5f;
+  EXPECT_EQ(ErrorAlongRows(g, r, kVocab, 2), "0-2: max 0.0e+00; 3-5: max 9.4e-02");
+}
+
+TEST(Agreement, FirstDifferingRowIsBitwise) {
+  const std::vector<float> r = Reference();
+  EXPECT_EQ(FirstDifferingRow(r, r, kVocab), -1);
+  std::vector<float> g = r;
+  g[3 * kVocab + 2] = std::nextafter(g[3 * kVocab + 2], 2.0f);  // one ulp
+  g[5 * kVocab] = 0;
+  EXPECT_EQ(FirstDifferingRow(g, r, kVocab), 3);
+  // Zero and negative zero compare equal but are not the same bits.
+  std::vector<float> z(8, 0.0f), nz = z;
+  nz[6] = -0.0f;
+  EXPECT_EQ(FirstDifferingRow(nz, z, kVocab), 1);
+  // A shorter run differs at the first row it lacks.
+  EXPECT_EQ(FirstDifferingRow(std::vector<float>(r.begin(), r.begin() + 2 * kVocab), r, kVocab), 2);
 }
 
 }  // namespace

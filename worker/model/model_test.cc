@@ -7,9 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include "common/status.h"
 #include "worker/checkpoint/safetensors.h"
 #include "worker/checkpoint/safetensors_writer.h"
 #include "worker/checkpoint/test_files.h"
+#include "worker/model/agreement.h"
 #include "worker/model/checkpoint_generator.h"
 #include "worker/model/checkpoint_quantizer.h"
 #include "worker/model/greedy.h"
@@ -146,6 +148,31 @@ TEST_F(TinyModel, TensorParallelEqualsSingleRank) {
     auto greedy1 = OnRanks(l, 1, [&](Model& m, SequenceState& s) { return GenerateGreedy(m, s, prompt, 12, 16)->tokens; });
     EXPECT_EQ(greedy, greedy1) << "TP" << tp;
   }
+}
+
+// The activations every rank computes in full (from the all-reduced sums) stay bitwise equal
+// across ranks: the indexer keys of each attention layer, at every position of a prefill and
+// the decode steps after it; and they follow TP1's.
+TEST_F(TinyModel, RanksKeepTheReplicatedStateBitwiseEqual) {
+  const Loaded l = Open(dir_->path());
+  const std::vector<int32_t> ids = ProbeSequence(48, l.config);
+  std::vector<TeacherForced> ranks(2);
+  ASSERT_TRUE(RunLocalGroup(l.config, *l.store, 2, [&](Model& m) -> absl::Status {
+    ASSIGN_OR_RETURN(ranks[m.comm().rank()], TeacherForcedRun(m, ids, 16));
+    return absl::OkStatus();
+  }).ok());
+  auto cpu = MakeCpuBackend();
+  const absl::StatusOr<TeacherForced> tp1 = TeacherForcedOnBackend(l.config, *l.store, *cpu, ids, 16);
+  ASSERT_TRUE(tp1.ok()) << tp1.status();
+  ASSERT_EQ(ranks[0].attention_layers, (std::vector<int>{3, 7}));
+  ASSERT_EQ(ranks[1].index_keys.size(), 2u);
+  const int64_t di = l.config.indexer_head_dim;
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(ranks[0].index_keys[k].size(), ids.size() * di);
+    EXPECT_EQ(FirstDifferingRow(ranks[1].index_keys[k], ranks[0].index_keys[k], di), -1) << "layer " << k;
+    EXPECT_LE(RelErr(ranks[0].index_keys[k], tp1->index_keys[k]), 1e-5) << "layer " << k;
+  }
+  EXPECT_LE(RelErr(ranks[0].logits, tp1->logits), 1e-5);
 }
 
 // The runner's ranks joined by Gloo over loopback, as the server's worker processes are: the same

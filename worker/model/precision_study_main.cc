@@ -53,10 +53,11 @@ absl::Status Main() {
     exact.emplace(op);
   }
   auto cpu = MakeCpuBackend();
-  ASSIGN_OR_RETURN(const std::vector<float> reference, TeacherForcedOnBackend(config, *store, *cpu, ids, prefill));
+  ASSIGN_OR_RETURN(const TeacherForced reference, TeacherForcedOnBackend(config, *store, *cpu, ids, prefill));
   const int tp = absl::GetFlag(FLAGS_tp);
-  const auto study = [&](const std::set<std::string>& exact_ops) -> absl::StatusOr<Agreement> {
-    std::vector<float> got;
+  // The emulated run, sharded over --tp ranks.
+  const auto emulate = [&](const std::set<std::string>& exact_ops) -> absl::StatusOr<TeacherForced> {
+    TeacherForced got;
     if (tp == 1) {
       auto emulated = MakeFp16EmulationBackend(exact_ops);
       ASSIGN_OR_RETURN(got, TeacherForcedOnBackend(config, *store, *emulated, ids, prefill));
@@ -64,22 +65,28 @@ absl::Status Main() {
       LocalGroupOptions o;
       o.cpu_backend = [&] { return MakeFp16EmulationBackend(exact_ops); };
       RETURN_IF_ERROR(RunLocalGroup(config, *store, tp, [&](Model& m) -> absl::Status {
-        ASSIGN_OR_RETURN(std::vector<float> logits, TeacherForcedLogits(m, ids, prefill));
-        if (m.comm().rank() == 0) got = std::move(logits);
+        ASSIGN_OR_RETURN(TeacherForced run, TeacherForcedRun(m, ids, prefill));
+        if (m.comm().rank() == 0) got = std::move(run);
         return absl::OkStatus();
       }, o));
     }
-    return CompareLogits(got, reference, config.vocab_size);
+    return got;
   };
-  ASSIGN_OR_RETURN(const Agreement all, study(exact));
-  std::cout << "FP16 contract" << (exact.empty() ? "" : " (exact: " + absl::StrJoin(exact, ",") + ")")
-            << " against FP32: " << Describe(all) << "\n";
+  ASSIGN_OR_RETURN(const TeacherForced all, emulate(exact));
+  const std::string what =
+      "FP16 contract" + (exact.empty() ? std::string() : " (exact: " + absl::StrJoin(exact, ",") + ")");
+  std::cout << what << " against FP32: " << Describe(CompareLogits(all.logits, reference.logits, config.vocab_size))
+            << "\n"
+            << what << " against FP32 along the probe: "
+            << ErrorAlongPositions(all.logits, reference.logits, config.vocab_size, 6) << "\n"
+            << IndexKeysAlongProbe(all, reference, config.indexer_head_dim, 6, what + " against FP32, ");
   if (!absl::GetFlag(FLAGS_sweep)) return absl::OkStatus();
   std::cout << "only this op rounded          top-1    decided  median err  p90 err\n";
   for (const std::string& op : ops) {
     std::set<std::string> others(ops.begin(), ops.end());
     others.erase(op);
-    ASSIGN_OR_RETURN(const Agreement a, study(others));
+    ASSIGN_OR_RETURN(const TeacherForced got, emulate(others));
+    const Agreement a = CompareLogits(got.logits, reference.logits, config.vocab_size);
     printf("%-28s %7.4f %9.4f %11.2e %9.2e\n", op.c_str(), a.top1, a.top1_decided, a.median_rel_error,
            a.p90_rel_error);
   }

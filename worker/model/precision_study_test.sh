@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # q38-precision-study end to end on a tiny checkpoint: the contract's agreement with FP32 comes
 # out within (0, 1], an op left exact is named, a smaller indexer budget changes the result, the
-# emulation runs sharded at TP2, and bad input is refused with exit 2.
+# emulation runs sharded at TP2 (with its error along the probe), and bad input is refused with exit 2.
 # Usage: precision_study_test.sh Q38_MAKE_CHECKPOINT Q38_PRECISION_STUDY
 set -euo pipefail
 make=$1 study=$2
@@ -14,8 +14,10 @@ echo "$out" | grep -Eq '^FP16 contract \(exact: Linear\) against FP32: top-1 agr
 dense=$("$study" --model "$dir/tiny" --positions 80 --prefill 16 --indexer_budget 1024)
 sparse=$("$study" --model "$dir/tiny" --positions 80 --prefill 16 --indexer_budget 16)
 [[ $dense != "$sparse" ]] || { echo "--indexer_budget changed nothing: $dense"; exit 1; }
-"$study" --model "$dir/tiny" --positions 80 --prefill 16 --tp 2 |
-  grep -Eq '^FP16 contract against FP32: top-1 agreement (0\.[0-9]*[1-9][0-9]*|1\.0000) over 80 positions'
+tp2=$("$study" --model "$dir/tiny" --positions 80 --prefill 16 --tp 2)
+echo "$tp2" | grep -Eq '^FP16 contract against FP32: top-1 agreement (0\.[0-9]*[1-9][0-9]*|1\.0000) over 80 positions'
+# The error along the probe: six runs of positions, the last ending at position 79.
+echo "$tp2" | grep -Eq '^FP16 contract against FP32 along the probe: 0-12: max [0-9.e+-]+, [0-9]+ misses; .*; 66-79: max '
 set +e
 err=$("$study" --model "$dir/tiny" --indexer_budget -1 2>&1); rc=$?
 [[ $rc -eq 2 && $err == *"--indexer_budget must be positive"* ]] || { echo "bad budget: rc $rc: $err"; exit 1; }
