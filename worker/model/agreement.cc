@@ -49,10 +49,10 @@ absl::StatusOr<TeacherForced> TeacherForcedRun(Model& model, const std::vector<i
 
 absl::StatusOr<TeacherForced> TeacherForcedOnBackend(const ModelConfig& config, const TensorStore& store,
                                                      Backend& backend, const std::vector<int32_t>& ids,
-                                                     int64_t prefill) {
+                                                     int64_t prefill, ModelOptions options) {
   auto comm = MakeInProcessGroup(1);
   ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(config, store, backend, {0, 1}));
-  Model model(config, std::move(weights), backend, *comm[0], {});
+  Model model(config, std::move(weights), backend, *comm[0], std::move(options));
   return TeacherForcedRun(model, ids, prefill);
 }
 

@@ -37,7 +37,7 @@ absl::StatusOr<TeacherForced> TeacherForcedRun(Model& model, const std::vector<i
 // CPU references, FP32 or under FP16-contract emulation.
 absl::StatusOr<TeacherForced> TeacherForcedOnBackend(const ModelConfig& config, const TensorStore& store,
                                                      Backend& backend, const std::vector<int32_t>& ids,
-                                                     int64_t prefill);
+                                                     int64_t prefill, ModelOptions options = {});
 
 struct Agreement {
   int64_t positions = 0;

@@ -21,6 +21,7 @@
 #include "worker/model/agreement.h"
 #include "worker/model/checkpoint_generator.h"
 #include "worker/model/local_group.h"
+#include "worker/model/routing_record.h"
 
 namespace q38 {
 namespace {
@@ -54,6 +55,7 @@ struct Reference {
   ModelConfig config;
   std::unique_ptr<TensorStore> store;
   TeacherForced fp32, contract;
+  RouteDecisions fp32_routes;
 };
 
 const Reference& ReferenceFor(Case which) {
@@ -77,7 +79,11 @@ const Reference& ReferenceFor(Case which) {
   r->store = std::move(*TensorStore::Open(path));
   const std::vector<int32_t> ids = ProbeSequence(kPositions, r->config);
   auto cpu = MakeCpuBackend(), emulated = MakeFp16EmulationBackend();
-  absl::StatusOr<TeacherForced> fp32 = TeacherForcedOnBackend(r->config, *r->store, *cpu, ids, kPrefill);
+  RoutingRecorder routes;
+  ModelOptions recorded;
+  recorded.routing = routes.Observer();
+  absl::StatusOr<TeacherForced> fp32 = TeacherForcedOnBackend(r->config, *r->store, *cpu, ids, kPrefill, recorded);
+  r->fp32_routes = routes.decisions();
   absl::StatusOr<TeacherForced> contract = TeacherForcedOnBackend(r->config, *r->store, *emulated, ids, kPrefill);
   EXPECT_TRUE(fp32.ok() && contract.ok());
   if (fp32.ok()) r->fp32 = std::move(*fp32);
@@ -88,14 +94,16 @@ const Reference& ReferenceFor(Case which) {
 class TinyOnGpu : public ::testing::Test {
  protected:
   // Each rank's run on GPUs: a prefill of kPrefill tokens, then one token at a time. Ranks
-  // joined by NCCL run the decode graph unless told not to; host-staged ones run eagerly.
+  // joined by NCCL run the decode graph unless told not to; host-staged ones run eagerly. An
+  // eager run can record its routing.
   static std::vector<TeacherForced> OnGpus(const Reference& ref, int tp, bool graph,
-                                           const std::string& cuda_comm = "nccl") {
+                                           const std::string& cuda_comm = "nccl", RoutingRecorder* routes = nullptr) {
     std::vector<TeacherForced> out(tp);
     LocalGroupOptions o;
     o.device = "cuda";
     o.cuda_comm = cuda_comm;
     o.model.decode_graph = graph;
+    if (routes != nullptr) o.model.routing = routes->Observer();
     absl::Status s = RunLocalGroup(ref.config, *ref.store, tp, [&](Model& m) -> absl::Status {
       // Each step's output is poisoned once read: a replay that skipped writing it would show.
       const auto poison = [&](Buffer& b) { m.backend().Fill(b.t(), NAN); };
@@ -119,7 +127,11 @@ class TinyOnGpu : public ::testing::Test {
     for (Case c : {Case::kTrained, Case::kTinyDense, Case::kTinySparse}) {
       const Reference& ref = ReferenceFor(c);
       const std::string what = "TP" + std::to_string(tp) + (cuda_comm == "host" ? " on one GPU " : " ") + Name(c);
-      const std::vector<TeacherForced> ranks = OnGpus(ref, tp, cuda_comm == "nccl", cuda_comm);
+      // Runs through host memory are eager anyway: they also show where the GPU routes otherwise
+      // than FP32 (at a near tie, a whole expert's difference from there on).
+      const bool eager = cuda_comm == "host";
+      RoutingRecorder routes;
+      const std::vector<TeacherForced> ranks = OnGpus(ref, tp, !eager, cuda_comm, eager ? &routes : nullptr);
       const std::vector<float>& gpu = ranks[0].logits;
       const std::vector<float>& want = ref.fp32.logits;
       ASSERT_EQ(gpu.size(), want.size()) << what;
@@ -134,6 +146,11 @@ class TinyOnGpu : public ::testing::Test {
       // Where a departure enters: the index keys project the input of each attention layer.
       const int64_t di = ref.config.indexer_head_dim;
       std::printf("%s", IndexKeysAlongProbe(ranks[0], ref.fp32, di, 6, what + ", GPU against FP32, ").c_str());
+      if (eager) {
+        const std::string differences = RoutingDifferences(routes.decisions(), ref.fp32_routes);
+        std::printf("%s, GPU routes otherwise than FP32 at: %s\n", what.c_str(),
+                    differences.empty() ? "none" : differences.c_str());
+      }
       // Every rank computes the replicated activations from the same all-reduced sums with the
       // same kernels, so their copies stay bitwise equal; a rank that drifts would, at a near tie,
       // route its half of the experts differently from the other's.

@@ -16,6 +16,7 @@
 #include "worker/model/checkpoint_quantizer.h"
 #include "worker/model/greedy.h"
 #include "worker/model/local_group.h"
+#include "worker/model/routing_record.h"
 
 namespace q38 {
 namespace {
@@ -173,6 +174,36 @@ TEST_F(TinyModel, RanksKeepTheReplicatedStateBitwiseEqual) {
     EXPECT_LE(RelErr(ranks[0].index_keys[k], tp1->index_keys[k]), 1e-5) << "layer " << k;
   }
   EXPECT_LE(RelErr(ranks[0].logits, tp1->logits), 1e-5);
+}
+
+// The routing observer sees every MoE decision of a prefill and the steps after it; one flipped
+// decision leaves every earlier position's logits as they were and changes its own; a decode
+// graph refuses the observer.
+TEST_F(TinyModel, RoutingIsObservedAndCanBeFlipped) {
+  const Loaded l = Open(dir_->path());
+  const std::vector<int32_t> ids = ProbeSequence(24, l.config);
+  auto cpu = MakeCpuBackend();
+  RoutingRecorder plain_routes, flipped_routes;
+  ModelOptions plain, flipped;
+  plain.routing = plain_routes.Observer();
+  flipped.routing = [flip = FlipToRunnerUp(1, 14), record = flipped_routes.Observer()](Routing& r) {
+    flip(r);
+    record(r);
+  };
+  const auto a = TeacherForcedOnBackend(l.config, *l.store, *cpu, ids, 8, plain);
+  const auto b = TeacherForcedOnBackend(l.config, *l.store, *cpu, ids, 8, flipped);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(plain_routes.decisions().size(), static_cast<size_t>(l.config.num_layers) * ids.size());
+  EXPECT_EQ(RoutingDifferences(flipped_routes.decisions(), plain_routes.decisions()).rfind("layer 1 position 14 ", 0), 0u);
+  const int64_t V = l.config.vocab_size;
+  EXPECT_EQ(std::vector<float>(a->logits.begin(), a->logits.begin() + 14 * V),
+            std::vector<float>(b->logits.begin(), b->logits.begin() + 14 * V));
+  EXPECT_NE(std::vector<float>(a->logits.begin() + 14 * V, a->logits.begin() + 15 * V),
+            std::vector<float>(b->logits.begin() + 14 * V, b->logits.begin() + 15 * V));
+  ModelOptions graph = plain;
+  graph.decode_graph = true;
+  EXPECT_EQ(TeacherForcedOnBackend(l.config, *l.store, *cpu, ids, 8, graph).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 // The runner's ranks joined by Gloo over loopback, as the server's worker processes are: the same

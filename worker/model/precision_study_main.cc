@@ -1,8 +1,10 @@
 // q38-precision-study: what the GPU's precision contract costs by itself. Runs a checkpoint on
 // the CPU twice, in FP32 and under FP16-contract emulation (kernels/fp16_emulation.h), teacher-
 // forced over a probe sequence, and reports how closely the emulated logits follow FP32 (the
-// emulation sharded over --tp in-process ranks, the reference always at TP1). With --sweep, one
-// row per op with only that op's outputs rounded.
+// emulation sharded over --tp in-process ranks, the reference always at TP1), where along the
+// probe they part, and which routing decisions the two take differently. With --flip_route, the
+// emulated run takes one decision the other way; with --sweep, one row per op with only that op's
+// outputs rounded.
 #include <algorithm>
 #include <iostream>
 #include <set>
@@ -10,7 +12,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/config.h"
@@ -19,6 +23,7 @@
 #include "worker/checkpoint/tensor_store.h"
 #include "worker/model/agreement.h"
 #include "worker/model/local_group.h"
+#include "worker/model/routing_record.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory (q38-make-checkpoint writes random ones)");
 ABSL_FLAG(int64_t, positions, 600, "probe sequence length");
@@ -27,6 +32,8 @@ ABSL_FLAG(std::string, exact_ops, "", "comma-separated ops whose outputs stay FP
 ABSL_FLAG(int32_t, indexer_budget, 0, "tokens the QSA indexer keeps, in place of the checkpoint's own (0 keeps it)");
 ABSL_FLAG(bool, sweep, false, "also one run per op with only that op's outputs rounded");
 ABSL_FLAG(int32_t, tp, 1, "tensor-parallel ranks of the emulated run (threads of this process)");
+ABSL_FLAG(std::string, flip_route, "",
+          "LAYER:POSITION: the emulated run sends that token to the router's runner-up in place of its last choice");
 
 namespace q38 {
 namespace {
@@ -52,17 +59,39 @@ absl::Status Main() {
     }
     exact.emplace(op);
   }
+  std::function<void(Routing&)> flip = [](Routing&) {};
+  if (const std::string f = absl::GetFlag(FLAGS_flip_route); !f.empty()) {
+    const std::vector<std::string> parts = absl::StrSplit(f, ':');
+    int layer = -1;
+    int64_t position = -1;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &layer) || !absl::SimpleAtoi(parts[1], &position) ||
+        layer < 0 || layer >= config.num_layers || position < 0 || position >= static_cast<int64_t>(ids.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("--flip_route ", f, ": want LAYER:POSITION, a layer below ",
+                                                     config.num_layers, " and a position below ", ids.size()));
+    }
+    flip = FlipToRunnerUp(layer, position);
+  }
   auto cpu = MakeCpuBackend();
-  ASSIGN_OR_RETURN(const TeacherForced reference, TeacherForcedOnBackend(config, *store, *cpu, ids, prefill));
+  RoutingRecorder fp32_routes, emulated_routes;
+  ModelOptions recorded;
+  recorded.routing = fp32_routes.Observer();
+  ASSIGN_OR_RETURN(const TeacherForced reference,
+                   TeacherForcedOnBackend(config, *store, *cpu, ids, prefill, std::move(recorded)));
   const int tp = absl::GetFlag(FLAGS_tp);
-  // The emulated run, sharded over --tp ranks.
+  // The emulated run, sharded over --tp ranks, its routing recorded (and flipped where asked).
   const auto emulate = [&](const std::set<std::string>& exact_ops) -> absl::StatusOr<TeacherForced> {
     TeacherForced got;
+    ModelOptions options;
+    options.routing = [&, record = emulated_routes.Observer()](Routing& r) {
+      flip(r);
+      record(r);
+    };
     if (tp == 1) {
       auto emulated = MakeFp16EmulationBackend(exact_ops);
-      ASSIGN_OR_RETURN(got, TeacherForcedOnBackend(config, *store, *emulated, ids, prefill));
+      ASSIGN_OR_RETURN(got, TeacherForcedOnBackend(config, *store, *emulated, ids, prefill, options));
     } else {
       LocalGroupOptions o;
+      o.model = options;
       o.cpu_backend = [&] { return MakeFp16EmulationBackend(exact_ops); };
       RETURN_IF_ERROR(RunLocalGroup(config, *store, tp, [&](Model& m) -> absl::Status {
         ASSIGN_OR_RETURN(TeacherForced run, TeacherForcedRun(m, ids, prefill));
@@ -80,6 +109,13 @@ absl::Status Main() {
             << what << " against FP32 along the probe: "
             << ErrorAlongPositions(all.logits, reference.logits, config.vocab_size, 6) << "\n"
             << IndexKeysAlongProbe(all, reference, config.indexer_head_dim, 6, what + " against FP32, ");
+  std::vector<std::string> closest;
+  for (const auto& [key, d] : ClosestCalls(fp32_routes.decisions(), 5)) {
+    closest.push_back(absl::StrFormat("layer %d position %d gap %.1e", key.first, key.second, d.gap));
+  }
+  const std::string differences = RoutingDifferences(emulated_routes.decisions(), fp32_routes.decisions());
+  std::cout << "FP32 routing decisions nearest a tie (router logit gap): " << absl::StrJoin(closest, "; ") << "\n"
+            << what << " routes otherwise than FP32 at: " << (differences.empty() ? "none" : differences) << "\n";
   if (!absl::GetFlag(FLAGS_sweep)) return absl::OkStatus();
   std::cout << "only this op rounded          top-1    decided  median err  p90 err\n";
   for (const std::string& op : ops) {
@@ -99,7 +135,7 @@ absl::Status Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "The FP16 contract against FP32 on the CPU: q38-precision-study --model DIR [--sweep] [--exact_ops Linear,...] "
-      "[--indexer_budget N] [--tp N]");
+      "[--indexer_budget N] [--tp N] [--flip_route LAYER:POSITION]");
   absl::ParseCommandLine(argc, argv);
   if (absl::Status s = q38::Main(); !s.ok()) {
     std::cerr << "q38-precision-study: " << s << "\n";

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # q38-precision-study end to end on a tiny checkpoint: the contract's agreement with FP32 comes
 # out within (0, 1], an op left exact is named, a smaller indexer budget changes the result, the
-# emulation runs sharded at TP2 (with its error along the probe), and bad input is refused with exit 2.
+# emulation runs sharded at TP2 (with its error along the probe and its routing), a forced routing
+# flip is reported where it was made, and bad input is refused with exit 2.
 # Usage: precision_study_test.sh Q38_MAKE_CHECKPOINT Q38_PRECISION_STUDY
 set -euo pipefail
 make=$1 study=$2
@@ -18,7 +19,17 @@ tp2=$("$study" --model "$dir/tiny" --positions 80 --prefill 16 --tp 2)
 echo "$tp2" | grep -Eq '^FP16 contract against FP32: top-1 agreement (0\.[0-9]*[1-9][0-9]*|1\.0000) over 80 positions'
 # The error along the probe: six runs of positions, the last ending at position 79.
 echo "$tp2" | grep -Eq '^FP16 contract against FP32 along the probe: 0-12: max [0-9.e+-]+, [0-9]+ misses; .*; 66-79: max '
+# The routing: the decisions nearest a tie, and where the emulation decides otherwise; a forced
+# flip of a decision it takes as FP32 does (layer 5, position 40) shows there.
+echo "$tp2" | grep -Eq '^FP32 routing decisions nearest a tie \(router logit gap\): layer [0-9]+ position [0-9]+ gap '
+plain=$(echo "$tp2" | grep '^FP16 contract routes otherwise than FP32 at: ')
+[[ $plain != *"layer 5 position 40 "* ]] || { echo "unflipped, the emulation already differs at 5:40: $plain"; exit 1; }
+"$study" --model "$dir/tiny" --positions 80 --prefill 16 --tp 2 --flip_route 5:40 |
+  grep -Eq '^FP16 contract routes otherwise than FP32 at: .*layer 5 position 40 \(FP32 gap [0-9.e+-]+\)'
 set +e
+err=$("$study" --model "$dir/tiny" --positions 80 --flip_route 5:80 2>&1); rc=$?
+[[ $rc -eq 2 && $err == *"--flip_route 5:80: want LAYER:POSITION, a layer below 8 and a position below 80"* ]] ||
+  { echo "flip past the probe: rc $rc: $err"; exit 1; }
 err=$("$study" --model "$dir/tiny" --indexer_budget -1 2>&1); rc=$?
 [[ $rc -eq 2 && $err == *"--indexer_budget must be positive"* ]] || { echo "bad budget: rc $rc: $err"; exit 1; }
 err=$("$study" --model "$dir/tiny" --indexer_budget 6 2>&1); rc=$?

@@ -132,13 +132,23 @@ Buffer Model::Attention(const AttentionWeights& w, const Tensor& h, const Tensor
   return out;
 }
 
-Buffer Model::Moe(const MoeWeights& w, const Tensor& h) {
+Buffer Model::Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t position) {
   const ModelConfig& c = config_;
-  const int64_t T = h.dim(0), k = c.experts_per_token, Isl = w.shared_down.t().dim(1);
-  Buffer logits = Act({T, c.num_experts});
+  const int64_t T = h.dim(0), k = c.experts_per_token, E = c.num_experts, Isl = w.shared_down.t().dim(1);
+  Buffer logits = Act({T, E});
   backend_.Linear(h, w.router.t(), logits.t());
   Buffer idx = backend_.Alloc(DType::kI32, {T, k}), weights = Act({T, k});
   backend_.RouterTopK(logits.t(), idx.t(), weights.t());
+  if (options_.routing) {
+    Routing r{comm_.rank(), layer, position, T, E, k, std::vector<float>(T * E), std::vector<int32_t>(T * k),
+              std::vector<float>(T * k)};
+    backend_.CopyToHost(logits.t(), r.logits.data());
+    backend_.CopyToHost(idx.t(), r.chosen.data());
+    backend_.CopyToHost(weights.t(), r.weights.data());
+    options_.routing(r);
+    backend_.CopyFromHost(r.chosen.data(), idx.t());
+    weights = backend_.Upload(r.weights, {T, k});  // in the activation dtype
+  }
   Buffer out = Act({T, c.hidden_size});
   backend_.RoutedExperts(h, idx.t(), weights.t(), w.experts, out.t());
   Buffer gu = Act({T, 2 * Isl}), act = Act({T, Isl}), shared = Act({T, c.hidden_size}), sg = Act({T, 1});
@@ -218,7 +228,7 @@ absl::StatusOr<Buffer> Model::Step(int64_t T, const StepInputs& in, SequenceStat
     RETURN_IF_ERROR(AllReduce(y));
     backend_.HcResidual(X.t(), g.t(), y.t());
     HyperConnection(l.mlp_hc, X.t(), h, &g);
-    Buffer m = Moe(l.moe, h.t());
+    Buffer m = Moe(l.moe, h.t(), i, state.length);
     RETURN_IF_ERROR(AllReduce(m));
     backend_.HcResidual(X.t(), g.t(), m.t());
   }
@@ -240,6 +250,9 @@ absl::StatusOr<Buffer> Model::Forward(const std::vector<int32_t>& ids, SequenceS
   }
   for (int32_t id : ids) {
     if (id < 0 || id >= c.vocab_size) return absl::InvalidArgumentError(absl::StrCat("forward: token id ", id, " outside the vocabulary"));
+  }
+  if (options_.decode_graph && options_.routing) {
+    return absl::FailedPreconditionError("forward: routing is observed through the host, which a decode graph cannot");
   }
   keep = std::min(keep, T);
   if (!(options_.decode_graph && T == 1)) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -53,9 +54,23 @@ struct SequenceState {
   std::shared_ptr<DecodeGraph> decode;  // with ModelOptions::decode_graph, after the first decode step
 };
 
+// One MoE layer's routing of one step, as host copies (ModelOptions::routing).
+struct Routing {
+  int rank = 0, layer = 0;
+  int64_t first_position = 0;   // the step's first token's position
+  int64_t tokens = 0, experts = 0, k = 0;
+  std::vector<float> logits;    // [tokens, experts], the router's
+  std::vector<int32_t> chosen;  // [tokens, k]
+  std::vector<float> weights;   // [tokens, k]
+};
+
 struct ModelOptions {
   // Decode steps (one token) replay a recorded graph instead of issuing every op.
   bool decode_graph = false;
+  // A diagnostic: sees each MoE layer's routing before its experts run, and may change the
+  // choices and weights, which the experts then use. Precision studies use it to find routing
+  // decisions that rounding can flip. It copies through the host, so steps run eagerly.
+  std::function<void(Routing&)> routing;
 };
 
 class Model {
@@ -93,7 +108,8 @@ class Model {
   void HyperConnection(const HcWeights& w, const Tensor& X, Buffer& h, Buffer* g);
   Buffer GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState::Gdn& s);
   Buffer Attention(const AttentionWeights& w, const Tensor& h, const Tensor& positions, SequenceState::Attention& s);
-  Buffer Moe(const MoeWeights& w, const Tensor& h);
+  // position: the step's first token's (for ModelOptions::routing).
+  Buffer Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t position);
   void Ple(const PleWeights& w, Tensor& X, const Tensor& rows, SequenceState& s);
   absl::Status AllReduce(Buffer& partial);
 
