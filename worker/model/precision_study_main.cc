@@ -3,8 +3,8 @@
 // forced over a probe sequence, and reports how closely the emulated logits follow FP32 (the
 // emulation sharded over --tp in-process ranks, the reference always at TP1), where along the
 // probe they part, and which routing decisions the two take differently. With --flip_route, the
-// emulated run takes one decision the other way; with --sweep, one row per op with only that op's
-// outputs rounded.
+// emulated run takes one decision the other way, with --follow_fp32_routing every decision as FP32
+// took it; with --sweep, one row per op with only that op's outputs rounded.
 #include <algorithm>
 #include <iostream>
 #include <set>
@@ -34,6 +34,8 @@ ABSL_FLAG(bool, sweep, false, "also one run per op with only that op's outputs r
 ABSL_FLAG(int32_t, tp, 1, "tensor-parallel ranks of the emulated run (threads of this process)");
 ABSL_FLAG(std::string, flip_route, "",
           "LAYER:POSITION: the emulated run sends that token to the router's runner-up in place of its last choice");
+ABSL_FLAG(bool, follow_fp32_routing, false,
+          "the emulated run routes every token as FP32 did, weighting by its own router logits");
 
 namespace q38 {
 namespace {
@@ -71,6 +73,10 @@ absl::Status Main() {
     }
     flip = FlipToRunnerUp(layer, position);
   }
+  const bool follow = absl::GetFlag(FLAGS_follow_fp32_routing);
+  if (follow && !absl::GetFlag(FLAGS_flip_route).empty()) {
+    return absl::InvalidArgumentError("--flip_route and --follow_fp32_routing: a run follows FP32 or flips, not both");
+  }
   auto cpu = MakeCpuBackend();
   RoutingRecorder fp32_routes, emulated_routes;
   ModelOptions recorded;
@@ -82,8 +88,9 @@ absl::Status Main() {
   const auto emulate = [&](const std::set<std::string>& exact_ops) -> absl::StatusOr<TeacherForced> {
     TeacherForced got;
     ModelOptions options;
-    options.routing = [&, record = emulated_routes.Observer()](Routing& r) {
-      flip(r);
+    options.routing = [&, record = emulated_routes.Observer(),
+                       steer = follow ? FollowRouting(fp32_routes.decisions()) : flip](Routing& r) {
+      steer(r);
       record(r);
     };
     if (tp == 1) {
@@ -135,7 +142,7 @@ absl::Status Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "The FP16 contract against FP32 on the CPU: q38-precision-study --model DIR [--sweep] [--exact_ops Linear,...] "
-      "[--indexer_budget N] [--tp N] [--flip_route LAYER:POSITION]");
+      "[--indexer_budget N] [--tp N] [--flip_route LAYER:POSITION | --follow_fp32_routing]");
   absl::ParseCommandLine(argc, argv);
   if (absl::Status s = q38::Main(); !s.ok()) {
     std::cerr << "q38-precision-study: " << s << "\n";

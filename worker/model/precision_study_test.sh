@@ -2,7 +2,8 @@
 # q38-precision-study end to end on a tiny checkpoint: the contract's agreement with FP32 comes
 # out within (0, 1], an op left exact is named, a smaller indexer budget changes the result, the
 # emulation runs sharded at TP2 (with its error along the probe and its routing), a forced routing
-# flip is reported where it was made, and bad input is refused with exit 2.
+# flip is reported where it was made, a run that follows FP32's routing decides nothing otherwise,
+# and bad input is refused with exit 2.
 # Usage: precision_study_test.sh Q38_MAKE_CHECKPOINT Q38_PRECISION_STUDY
 set -euo pipefail
 make=$1 study=$2
@@ -26,7 +27,12 @@ plain=$(echo "$tp2" | grep '^FP16 contract routes otherwise than FP32 at: ')
 [[ $plain != *"layer 5 position 40 "* ]] || { echo "unflipped, the emulation already differs at 5:40: $plain"; exit 1; }
 "$study" --model "$dir/tiny" --positions 80 --prefill 16 --tp 2 --flip_route 5:40 |
   grep -Eq '^FP16 contract routes otherwise than FP32 at: .*layer 5 position 40 \(FP32 gap [0-9.e+-]+\)'
+# Following FP32's routing, the emulation decides nothing otherwise.
+"$study" --model "$dir/tiny" --positions 80 --prefill 16 --tp 2 --follow_fp32_routing |
+  grep -q '^FP16 contract routes otherwise than FP32 at: none$'
 set +e
+err=$("$study" --model "$dir/tiny" --flip_route 5:40 --follow_fp32_routing 2>&1); rc=$?
+[[ $rc -eq 2 && $err == *"a run follows FP32 or flips, not both"* ]] || { echo "flip and follow: rc $rc: $err"; exit 1; }
 err=$("$study" --model "$dir/tiny" --positions 80 --flip_route 5:80 2>&1); rc=$?
 [[ $rc -eq 2 && $err == *"--flip_route 5:80: want LAYER:POSITION, a layer below 8 and a position below 80"* ]] ||
   { echo "flip past the probe: rc $rc: $err"; exit 1; }

@@ -19,6 +19,20 @@ std::vector<int32_t> ByLogit(const Routing& r, int64_t t) {
   return order;
 }
 
+// Sends token t to `experts` (k of them) with the router's weights for them: softmax
+// probabilities renormalized over the k.
+void Choose(Routing& r, int64_t t, const std::vector<int32_t>& experts) {
+  const float* l = r.logits.data() + t * r.experts;
+  float top = l[experts[0]];
+  for (int32_t e : experts) top = std::max(top, l[e]);
+  double sum = 0;
+  for (int32_t e : experts) sum += std::exp(static_cast<double>(l[e]) - top);
+  for (int64_t j = 0; j < r.k; ++j) {
+    r.chosen[t * r.k + j] = experts[j];
+    r.weights[t * r.k + j] = static_cast<float>(std::exp(static_cast<double>(l[experts[j]]) - top) / sum);
+  }
+}
+
 }  // namespace
 
 std::function<void(Routing&)> RoutingRecorder::Observer() {
@@ -50,13 +64,17 @@ std::function<void(Routing&)> FlipToRunnerUp(int layer, int64_t position) {
     if (r.layer != layer || t < 0 || t >= r.tokens || r.k >= r.experts) return;
     std::vector<int32_t> order = ByLogit(r, t);
     std::swap(order[r.k - 1], order[r.k]);
-    // The router's weights: softmax probabilities of the chosen, renormalized over them.
-    const float* l = r.logits.data() + t * r.experts;
-    double sum = 0;
-    for (int64_t j = 0; j < r.k; ++j) sum += std::exp(static_cast<double>(l[order[j]]) - l[order[0]]);
-    for (int64_t j = 0; j < r.k; ++j) {
-      r.chosen[t * r.k + j] = order[j];
-      r.weights[t * r.k + j] = static_cast<float>(std::exp(static_cast<double>(l[order[j]]) - l[order[0]]) / sum);
+    order.resize(r.k);
+    Choose(r, t, order);
+  };
+}
+
+std::function<void(Routing&)> FollowRouting(RouteDecisions reference) {
+  return [reference = std::move(reference)](Routing& r) {
+    for (int64_t t = 0; t < r.tokens; ++t) {
+      auto it = reference.find({r.layer, r.first_position + t});
+      if (it == reference.end() || static_cast<int64_t>(it->second.chosen.size()) != r.k) continue;
+      Choose(r, t, it->second.chosen);
     }
   };
 }

@@ -59,6 +59,27 @@ TEST(RoutingRecord, FlipTakesTheRunnerUpWithTheRoutersWeights) {
   EXPECT_EQ(elsewhere.chosen, TwoTokens().chosen);
 }
 
+TEST(RoutingRecord, FollowingTakesTheReferencesExpertsWithThisRunsWeights) {
+  RoutingRecorder flipped;
+  Routing f = TwoTokens();
+  FlipToRunnerUp(2, 7)(f);
+  flipped.Observer()(f);
+  Routing r = TwoTokens();
+  r.logits[3] = 1.5f;  // this run's own logit for expert 3
+  FollowRouting(flipped.decisions())(r);
+  EXPECT_EQ(r.chosen[0], 1);  // the reference's experts, ascending
+  EXPECT_EQ(r.chosen[1], 3);
+  EXPECT_NEAR(r.weights[0], 1 / (1 + std::exp(-1.5)), 1e-6);
+  EXPECT_NEAR(r.weights[1], std::exp(-1.5) / (1 + std::exp(-1.5)), 1e-6);
+  EXPECT_EQ(r.chosen[2], 0);  // the second token's decision, recorded ascending
+  EXPECT_EQ(r.chosen[3], 1);
+  Routing elsewhere = TwoTokens();
+  elsewhere.first_position = 30;  // positions the reference never decided: left alone
+  FollowRouting(flipped.decisions())(elsewhere);
+  EXPECT_EQ(elsewhere.chosen, TwoTokens().chosen);
+  EXPECT_EQ(elsewhere.weights, TwoTokens().weights);
+}
+
 TEST(RoutingRecord, DifferencesNameTheDecisionsThatDiffer) {
   RoutingRecorder a, b;
   Routing r = TwoTokens();
