@@ -74,7 +74,9 @@ std::function<void(Routing&)> FollowRouting(RouteDecisions reference) {
     for (int64_t t = 0; t < r.tokens; ++t) {
       auto it = reference.find({r.layer, r.first_position + t});
       if (it == reference.end() || static_cast<int64_t>(it->second.chosen.size()) != r.k) continue;
-      Choose(r, t, it->second.chosen);
+      std::vector<int32_t> mine(r.chosen.begin() + t * r.k, r.chosen.begin() + (t + 1) * r.k);
+      std::sort(mine.begin(), mine.end());
+      if (mine != it->second.chosen) Choose(r, t, it->second.chosen);  // else the router's own weights stand
     }
   };
 }

@@ -41,9 +41,10 @@ class RoutingRecorder {
 // k-th choice, reweighting the k as the router would have: the other side of that decision.
 std::function<void(Routing&)> FlipToRunnerUp(int layer, int64_t position);
 
-// Makes every decision as `reference` made it, weighting the reference's experts by this run's
-// own router logits (the router's softmax, renormalized over them): the run then differs from
-// the reference only by its arithmetic, not by which experts a near tie sent a token to.
+// Makes every decision as `reference` made it: where this run's router chose other experts, it
+// takes the reference's, weighted by this run's own router logits (the router's softmax,
+// renormalized over them). The run then differs from the reference only by its arithmetic, not
+// by which experts a near tie sent a token to.
 std::function<void(Routing&)> FollowRouting(RouteDecisions reference);
 
 // "Layer L position P" for every decision of `got` whose experts differ from the reference's,

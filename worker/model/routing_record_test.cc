@@ -71,8 +71,9 @@ TEST(RoutingRecord, FollowingTakesTheReferencesExpertsWithThisRunsWeights) {
   EXPECT_EQ(r.chosen[1], 3);
   EXPECT_NEAR(r.weights[0], 1 / (1 + std::exp(-1.5)), 1e-6);
   EXPECT_NEAR(r.weights[1], std::exp(-1.5) / (1 + std::exp(-1.5)), 1e-6);
-  EXPECT_EQ(r.chosen[2], 0);  // the second token's decision, recorded ascending
-  EXPECT_EQ(r.chosen[3], 1);
+  EXPECT_EQ(r.chosen[2], 1);  // the second token's experts were the reference's: as they were
+  EXPECT_EQ(r.chosen[3], 0);
+  EXPECT_FLOAT_EQ(r.weights[2], 0.62f);
   Routing elsewhere = TwoTokens();
   elsewhere.first_position = 30;  // positions the reference never decided: left alone
   FollowRouting(flipped.decisions())(elsewhere);
