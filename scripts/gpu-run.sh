@@ -31,7 +31,7 @@ diagnose_model() {
   [[ -n $1 ]] || return 0
   CUDA_LAUNCH_BLOCKING=1 timeout 240 "$packed/bin/model_cuda_test" --gtest_filter="$1" > "$out/serialized.log" 2>&1
   note "  model_cuda_test $1 again with CUDA_LAUNCH_BLOCKING=1: exit $?"
-  grep -h -e "along the probe" -e "routes otherwise" "$out/serialized.log" | sed 's/^/    /' | tee -a "$summary"
+  grep -h -e "along the probe" -e "decides otherwise" "$out/serialized.log" | sed 's/^/    /' | tee -a "$summary"
   if command -v compute-sanitizer > /dev/null; then
     timeout 300 compute-sanitizer --tool memcheck --print-limit 20 "$packed/bin/model_cuda_test" --gtest_filter="$1" \
         > "$out/memcheck.log" 2>&1
@@ -50,7 +50,7 @@ for t in cuda_backend_test linear_cuda_test norm_cuda_test rope_cuda_test conv_c
   line=$(grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$out/test.log" | tr '\n' ' ')
   [[ $rc -eq 0 ]] || failed=1
   note "$(printf '%-22s %-4s %4ss  %s' "$t" "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" $((SECONDS - start)) "$line")"
-  grep -h -e "top-1 agreement" -e "along the probe" -e "routes otherwise" "$out/test.log" | sed 's/^/    /' | tee -a "$summary"
+  grep -h -e "top-1 agreement" -e "along the probe" -e "decides otherwise" "$out/test.log" | sed 's/^/    /' | tee -a "$summary"
   [[ $rc -eq 0 || $t != model_cuda_test ]] || diagnose_model "$(grep -oE '^\[  FAILED  \] [A-Za-z0-9_.]+' "$out/test.log" |
                                                                awk '{print $4}' | sort -u | paste -sd: -)"
 done

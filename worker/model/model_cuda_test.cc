@@ -2,9 +2,9 @@
 // small model: teacher-forced over 600 positions (a prefill, then token-by-token decode), at TP1
 // and TP2 (over NCCL on two GPUs, or through host memory on one). Each configuration runs twice:
 // free, as served (through the decode graph where the collectives allow one), and eagerly with
-// every MoE routing decision taken as FP32 took it. A near tie in the router is decided by
-// rounding, and one expert taken otherwise moves every later position (docs/precision.md); the
-// aligned run measures the arithmetic alone and carries the absolute bars. Also: the ranks'
+// every discrete decision (MoE routing, indexer block selection) taken as FP32 took it. A near
+// tie is decided by rounding, and one expert or block taken otherwise moves every later position
+// (docs/precision.md); the aligned run measures the arithmetic alone and carries the bars. Also: the ranks'
 // replicated state bitwise equal at TP2, and the decode graph's replays bitwise equal to eager
 // execution. Skipped where no GPU (or, for TP2 over NCCL, no second GPU) is visible.
 #include <cuda_runtime.h>
@@ -24,7 +24,7 @@
 #include "worker/model/agreement.h"
 #include "worker/model/checkpoint_generator.h"
 #include "worker/model/local_group.h"
-#include "worker/model/routing_record.h"
+#include "worker/model/decision_record.h"
 
 namespace q38 {
 namespace {
@@ -52,14 +52,14 @@ std::string Name(Case c) {
   return "";
 }
 
-// A case's checkpoint and its CPU runs, made once: FP32 (with its routing decisions) and the
-// FP16 contract's emulation, free and following FP32's routing.
+// A case's checkpoint and its CPU runs, made once: FP32 (with its decisions) and the FP16
+// contract's emulation, free and following FP32's decisions.
 struct Reference {
   ScratchDir dir;
   ModelConfig config;
   std::unique_ptr<TensorStore> store;
   TeacherForced fp32, contract, contract_aligned;
-  RouteDecisions fp32_routes;
+  Decisions fp32_decisions;
 };
 
 const Reference& ReferenceFor(Case which) {
@@ -83,12 +83,12 @@ const Reference& ReferenceFor(Case which) {
   r->store = std::move(*TensorStore::Open(path));
   const std::vector<int32_t> ids = ProbeSequence(kPositions, r->config);
   auto cpu = MakeCpuBackend(), emulated = MakeFp16EmulationBackend();
-  RoutingRecorder routes;
+  DecisionRecorder decisions;
   ModelOptions recorded, aligned;
-  recorded.routing = routes.Observer();
+  Steer(recorded, nullptr, &decisions);
   absl::StatusOr<TeacherForced> fp32 = TeacherForcedOnBackend(r->config, *r->store, *cpu, ids, kPrefill, recorded);
-  r->fp32_routes = routes.decisions();
-  aligned.routing = FollowRouting(r->fp32_routes);
+  r->fp32_decisions = decisions.decisions();
+  Steer(aligned, &r->fp32_decisions, nullptr);
   absl::StatusOr<TeacherForced> contract = TeacherForcedOnBackend(r->config, *r->store, *emulated, ids, kPrefill);
   absl::StatusOr<TeacherForced> contract_aligned =
       TeacherForcedOnBackend(r->config, *r->store, *emulated, ids, kPrefill, aligned);
@@ -99,13 +99,13 @@ const Reference& ReferenceFor(Case which) {
   return *r;
 }
 
-// How one configuration runs on GPUs. Only eager runs can observe or steer their routing.
+// How one configuration runs on GPUs. Only eager runs can observe or steer their decisions.
 struct GpuRun {
   int tp = 1;
   std::string comm = "nccl";  // or "host": every rank on one GPU
   bool graph = true;
-  RoutingRecorder* record = nullptr;
-  const RouteDecisions* follow = nullptr;
+  DecisionRecorder* record = nullptr;
+  const Decisions* follow = nullptr;
 };
 
 class TinyOnGpu : public ::testing::Test {
@@ -117,13 +117,7 @@ class TinyOnGpu : public ::testing::Test {
     o.device = "cuda";
     o.cuda_comm = run.comm;
     o.model.decode_graph = run.graph;
-    if (run.record != nullptr || run.follow != nullptr) {
-      o.model.routing = [steer = run.follow ? FollowRouting(*run.follow) : nullptr,
-                         record = run.record ? run.record->Observer() : nullptr](Routing& r) {
-        if (steer) steer(r);
-        if (record) record(r);
-      };
-    }
+    if (run.record != nullptr || run.follow != nullptr) Steer(o.model, run.follow, run.record);
     absl::Status s = RunLocalGroup(ref.config, *ref.store, run.tp, [&](Model& m) -> absl::Status {
       // Each step's output is poisoned once read: a replay that skipped writing it would show.
       const auto poison = [&](Buffer& b) { m.backend().Fill(b.t(), NAN); };
@@ -169,39 +163,41 @@ class TinyOnGpu : public ::testing::Test {
   }
 
   // Free runs pay for the near ties rounding decides: a few positions, as the emulation does
-  // (top-1 within 2 points of its), unbounded error after a flipped expert. Aligned runs carry the
-  // bars. The trained model carries issue 5's: ≥ 99% top-1 agreement with FP32 over ≥ 512
-  // positions and final logits within 2e-2. The random tiny model's top-2 logits tie so often,
-  // and its sparse case's block selection flips so readily, that no implementation of the FP16
-  // contract reaches that reliably (docs/precision.md); there the GPU must pay no more than the
-  // contract costs under the same routing: top-1 within 2 points of the aligned emulation's and
-  // a p90 logits error within 1.5× of it.
+  // (top-1 within 2 points of its), unbounded error after a flipped expert or block. Aligned runs
+  // carry the bars. The trained model carries issue 5's: ≥ 99% top-1 agreement with FP32 over
+  // ≥ 512 positions and final logits within 2e-2. The random tiny model's top-2 logits nearly tie
+  // so often that the contract's own emulation sits at 99.0–99.7% there; it must meet 99% over
+  // the positions whose reference margin exceeds 1% (the emulation: 100%) and final logits within
+  // 2e-2, and pay no more than the contract costs under the same decisions: top-1 within 2 points
+  // of the aligned emulation's and a p90 logits error within 1.5× of it.
   static void ExpectAgreement(int tp, const std::string& comm = "nccl") {
     // The trained model first: a rerun under a slow checker (scripts/gpu-run.sh) reaches it.
     for (Case c : {Case::kTrained, Case::kTinyDense, Case::kTinySparse}) {
       const Reference& ref = ReferenceFor(c);
       const std::string what = "TP" + std::to_string(tp) + (comm == "host" ? " on one GPU " : " ") + Name(c);
       // Through host memory the collectives cannot be recorded in a graph: that free run is eager
-      // too, and shows where the GPU routes otherwise than FP32.
-      RoutingRecorder routes;
+      // too, and shows where the GPU decides otherwise than FP32.
+      DecisionRecorder decisions;
       const bool eager = comm == "host";
-      const Agreement free = Report(what, ref, OnGpus(ref, {tp, comm, !eager, eager ? &routes : nullptr}),
+      const Agreement free = Report(what, ref, OnGpus(ref, {tp, comm, !eager, eager ? &decisions : nullptr}),
                                     ref.contract);
       if (eager) {
-        const std::string differences = RoutingDifferences(routes.decisions(), ref.fp32_routes);
-        std::printf("%s, GPU routes otherwise than FP32 at: %s\n", what.c_str(),
-                    differences.empty() ? "none" : differences.c_str());
+        const std::string differences = DecisionDifferences(decisions.decisions(), ref.fp32_decisions);
+        std::printf("%s, GPU decides otherwise than FP32: %s\n", what.c_str(),
+                    differences.empty() ? "nowhere" : differences.c_str());
       }
       EXPECT_GE(free.top1, CompareLogits(ref.contract.logits, ref.fp32.logits, ref.config.vocab_size).top1 - 0.02)
           << what;
-      const std::string aligned_what = what + " routed as FP32";
+      const std::string aligned_what = what + " deciding as FP32";
       const Agreement aligned =
-          Report(aligned_what, ref, OnGpus(ref, {tp, comm, false, nullptr, &ref.fp32_routes}), ref.contract_aligned);
+          Report(aligned_what, ref, OnGpus(ref, {tp, comm, false, nullptr, &ref.fp32_decisions}), ref.contract_aligned);
       if (c == Case::kTrained) {
         EXPECT_GE(aligned.top1, 0.99) << aligned_what;
         EXPECT_LE(aligned.final_rel_error, 2e-2) << aligned_what;
       } else {
         const Agreement emulated = CompareLogits(ref.contract_aligned.logits, ref.fp32.logits, ref.config.vocab_size);
+        EXPECT_GE(aligned.top1_decided, 0.99) << aligned_what;
+        EXPECT_LE(aligned.final_rel_error, 2e-2) << aligned_what;
         EXPECT_GE(aligned.top1, emulated.top1 - 0.02) << aligned_what;
         EXPECT_LE(aligned.p90_rel_error, 1.5 * emulated.p90_rel_error) << aligned_what;
       }

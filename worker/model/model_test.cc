@@ -14,9 +14,9 @@
 #include "worker/model/agreement.h"
 #include "worker/model/checkpoint_generator.h"
 #include "worker/model/checkpoint_quantizer.h"
+#include "worker/model/decision_record.h"
 #include "worker/model/greedy.h"
 #include "worker/model/local_group.h"
-#include "worker/model/routing_record.h"
 
 namespace q38 {
 namespace {
@@ -176,30 +176,39 @@ TEST_F(TinyModel, RanksKeepTheReplicatedStateBitwiseEqual) {
   EXPECT_LE(RelErr(ranks[0].logits, tp1->logits), 1e-5);
 }
 
-// The routing observer sees every MoE decision of a prefill and the steps after it; one flipped
-// decision leaves every earlier position's logits as they were and changes its own; a decode
-// graph refuses the observer.
-TEST_F(TinyModel, RoutingIsObservedAndCanBeFlipped) {
+// The hooks see every routing and block-selection decision of a prefill and the steps after it;
+// one flipped routing decision leaves every earlier position's logits as they were and changes its
+// own; a run steered onto another's decisions takes them all; a decode graph refuses the hooks.
+TEST_F(TinyModel, DecisionsAreObservedFlippedAndFollowed) {
   const Loaded l = Open(dir_->path());
-  const std::vector<int32_t> ids = ProbeSequence(24, l.config);
+  const std::vector<int32_t> ids = ProbeSequence(24, l.config);  // sparse selection from position 19
   auto cpu = MakeCpuBackend();
-  RoutingRecorder plain_routes, flipped_routes;
-  ModelOptions plain, flipped;
-  plain.routing = plain_routes.Observer();
-  flipped.routing = [flip = FlipToRunnerUp(1, 14), record = flipped_routes.Observer()](Routing& r) {
+  DecisionRecorder plain_decisions, flipped_decisions, steered_decisions;
+  ModelOptions plain, flipped, steered;
+  Steer(plain, nullptr, &plain_decisions);
+  Steer(flipped, nullptr, &flipped_decisions);
+  flipped.routing = [flip = FlipToRunnerUp(1, 14), then = flipped.routing](Routing& r) {
     flip(r);
-    record(r);
+    then(r);
   };
   const auto a = TeacherForcedOnBackend(l.config, *l.store, *cpu, ids, 8, plain);
   const auto b = TeacherForcedOnBackend(l.config, *l.store, *cpu, ids, 8, flipped);
   ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_EQ(plain_routes.decisions().size(), static_cast<size_t>(l.config.num_layers) * ids.size());
-  EXPECT_EQ(RoutingDifferences(flipped_routes.decisions(), plain_routes.decisions()).rfind("layer 1 position 14 ", 0), 0u);
+  const Decisions p = plain_decisions.decisions(), f = flipped_decisions.decisions();
+  EXPECT_EQ(p.routes.size(), static_cast<size_t>(l.config.num_layers) * ids.size());
+  EXPECT_EQ(p.selections.size(), 2 * ids.size());  // two attention layers
+  EXPECT_EQ(DecisionDifferences(f, p).rfind("experts at layer 1 position 14 ", 0), 0u);
   const int64_t V = l.config.vocab_size;
   EXPECT_EQ(std::vector<float>(a->logits.begin(), a->logits.begin() + 14 * V),
             std::vector<float>(b->logits.begin(), b->logits.begin() + 14 * V));
   EXPECT_NE(std::vector<float>(a->logits.begin() + 14 * V, a->logits.begin() + 15 * V),
             std::vector<float>(b->logits.begin() + 14 * V, b->logits.begin() + 15 * V));
+  // Steered onto the flipped run's decisions, a plain run computes the flipped run's logits.
+  Steer(steered, &f, &steered_decisions);
+  const auto c = TeacherForcedOnBackend(l.config, *l.store, *cpu, ids, 8, steered);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(DecisionDifferences(steered_decisions.decisions(), f), "");
+  EXPECT_LE(RelErr(c->logits, b->logits), 1e-6);
   ModelOptions graph = plain;
   graph.decode_graph = true;
   EXPECT_EQ(TeacherForcedOnBackend(l.config, *l.store, *cpu, ids, 8, graph).status().code(),

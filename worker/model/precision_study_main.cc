@@ -2,9 +2,10 @@
 // the CPU twice, in FP32 and under FP16-contract emulation (kernels/fp16_emulation.h), teacher-
 // forced over a probe sequence, and reports how closely the emulated logits follow FP32 (the
 // emulation sharded over --tp in-process ranks, the reference always at TP1), where along the
-// probe they part, and which routing decisions the two take differently. With --flip_route, the
-// emulated run takes one decision the other way, with --follow_fp32_routing every decision as FP32
-// took it; with --sweep, one row per op with only that op's outputs rounded.
+// probe they part, and which routing and block-selection decisions the two take differently. With
+// --flip_route, the emulated run takes one routing decision the other way, with
+// --follow_fp32_decisions every decision as FP32 took it; with --sweep, one row per op with only
+// that op's outputs rounded.
 #include <algorithm>
 #include <iostream>
 #include <set>
@@ -23,7 +24,7 @@
 #include "worker/checkpoint/tensor_store.h"
 #include "worker/model/agreement.h"
 #include "worker/model/local_group.h"
-#include "worker/model/routing_record.h"
+#include "worker/model/decision_record.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory (q38-make-checkpoint writes random ones)");
 ABSL_FLAG(int64_t, positions, 600, "probe sequence length");
@@ -34,8 +35,9 @@ ABSL_FLAG(bool, sweep, false, "also one run per op with only that op's outputs r
 ABSL_FLAG(int32_t, tp, 1, "tensor-parallel ranks of the emulated run (threads of this process)");
 ABSL_FLAG(std::string, flip_route, "",
           "LAYER:POSITION: the emulated run sends that token to the router's runner-up in place of its last choice");
-ABSL_FLAG(bool, follow_fp32_routing, false,
-          "the emulated run routes every token as FP32 did, weighting by its own router logits");
+ABSL_FLAG(bool, follow_fp32_decisions, false,
+          "the emulated run routes every token and selects every block as FP32 did (experts weighted by its own "
+          "router logits)");
 
 namespace q38 {
 namespace {
@@ -61,7 +63,7 @@ absl::Status Main() {
     }
     exact.emplace(op);
   }
-  std::function<void(Routing&)> flip = [](Routing&) {};
+  std::function<void(Routing&)> flip;
   if (const std::string f = absl::GetFlag(FLAGS_flip_route); !f.empty()) {
     const std::vector<std::string> parts = absl::StrSplit(f, ':');
     int layer = -1;
@@ -73,26 +75,30 @@ absl::Status Main() {
     }
     flip = FlipToRunnerUp(layer, position);
   }
-  const bool follow = absl::GetFlag(FLAGS_follow_fp32_routing);
-  if (follow && !absl::GetFlag(FLAGS_flip_route).empty()) {
-    return absl::InvalidArgumentError("--flip_route and --follow_fp32_routing: a run follows FP32 or flips, not both");
+  const bool follow = absl::GetFlag(FLAGS_follow_fp32_decisions);
+  if (follow && flip) {
+    return absl::InvalidArgumentError("--flip_route and --follow_fp32_decisions: a run follows FP32 or flips, not both");
   }
   auto cpu = MakeCpuBackend();
-  RoutingRecorder fp32_routes, emulated_routes;
+  DecisionRecorder fp32_decisions, emulated_decisions;
   ModelOptions recorded;
-  recorded.routing = fp32_routes.Observer();
+  Steer(recorded, nullptr, &fp32_decisions);
   ASSIGN_OR_RETURN(const TeacherForced reference,
                    TeacherForcedOnBackend(config, *store, *cpu, ids, prefill, std::move(recorded)));
+  const Decisions fp32 = fp32_decisions.decisions();
   const int tp = absl::GetFlag(FLAGS_tp);
-  // The emulated run, sharded over --tp ranks, its routing recorded (and flipped where asked).
+  // The emulated run, sharded over --tp ranks, its decisions recorded (FP32's taken, or one
+  // flipped, where asked).
   const auto emulate = [&](const std::set<std::string>& exact_ops) -> absl::StatusOr<TeacherForced> {
     TeacherForced got;
     ModelOptions options;
-    options.routing = [&, record = emulated_routes.Observer(),
-                       steer = follow ? FollowRouting(fp32_routes.decisions()) : flip](Routing& r) {
-      steer(r);
-      record(r);
-    };
+    Steer(options, follow ? &fp32 : nullptr, &emulated_decisions);
+    if (flip) {
+      options.routing = [flip, then = options.routing](Routing& r) {
+        flip(r);
+        then(r);
+      };
+    }
     if (tp == 1) {
       auto emulated = MakeFp16EmulationBackend(exact_ops);
       ASSIGN_OR_RETURN(got, TeacherForcedOnBackend(config, *store, *emulated, ids, prefill, options));
@@ -117,12 +123,12 @@ absl::Status Main() {
             << ErrorAlongPositions(all.logits, reference.logits, config.vocab_size, 6) << "\n"
             << IndexKeysAlongProbe(all, reference, config.indexer_head_dim, 6, what + " against FP32, ");
   std::vector<std::string> closest;
-  for (const auto& [key, d] : ClosestCalls(fp32_routes.decisions(), 5)) {
+  for (const auto& [key, d] : ClosestCalls(fp32, 5)) {
     closest.push_back(absl::StrFormat("layer %d position %d gap %.1e", key.first, key.second, d.gap));
   }
-  const std::string differences = RoutingDifferences(emulated_routes.decisions(), fp32_routes.decisions());
+  const std::string differences = DecisionDifferences(emulated_decisions.decisions(), fp32);
   std::cout << "FP32 routing decisions nearest a tie (router logit gap): " << absl::StrJoin(closest, "; ") << "\n"
-            << what << " routes otherwise than FP32 at: " << (differences.empty() ? "none" : differences) << "\n";
+            << what << " decides otherwise than FP32: " << (differences.empty() ? "nowhere" : differences) << "\n";
   if (!absl::GetFlag(FLAGS_sweep)) return absl::OkStatus();
   std::cout << "only this op rounded          top-1    decided  median err  p90 err\n";
   for (const std::string& op : ops) {
@@ -142,7 +148,7 @@ absl::Status Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "The FP16 contract against FP32 on the CPU: q38-precision-study --model DIR [--sweep] [--exact_ops Linear,...] "
-      "[--indexer_budget N] [--tp N] [--flip_route LAYER:POSITION | --follow_fp32_routing]");
+      "[--indexer_budget N] [--tp N] [--flip_route LAYER:POSITION | --follow_fp32_decisions]");
   absl::ParseCommandLine(argc, argv);
   if (absl::Status s = q38::Main(); !s.ok()) {
     std::cerr << "q38-precision-study: " << s << "\n";

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # q38-precision-study end to end on a tiny checkpoint: the contract's agreement with FP32 comes
 # out within (0, 1], an op left exact is named, a smaller indexer budget changes the result, the
-# emulation runs sharded at TP2 (with its error along the probe and its routing), a forced routing
-# flip is reported where it was made, a run that follows FP32's routing decides nothing otherwise,
+# emulation runs sharded at TP2 (with its error along the probe and its decisions), a forced routing
+# flip is reported where it was made, a run that follows FP32's decisions decides nothing otherwise,
 # and bad input is refused with exit 2.
 # Usage: precision_study_test.sh Q38_MAKE_CHECKPOINT Q38_PRECISION_STUDY
 set -euo pipefail
@@ -20,18 +20,19 @@ tp2=$("$study" --model "$dir/tiny" --positions 80 --prefill 16 --tp 2)
 echo "$tp2" | grep -Eq '^FP16 contract against FP32: top-1 agreement (0\.[0-9]*[1-9][0-9]*|1\.0000) over 80 positions'
 # The error along the probe: six runs of positions, the last ending at position 79.
 echo "$tp2" | grep -Eq '^FP16 contract against FP32 along the probe: 0-12: max [0-9.e+-]+, [0-9]+ misses; .*; 66-79: max '
-# The routing: the decisions nearest a tie, and where the emulation decides otherwise; a forced
-# flip of a decision it takes as FP32 does (layer 5, position 40) shows there.
+# The decisions: routing's nearest a tie, and where the emulation decides otherwise; a forced
+# flip of a routing decision it takes as FP32 does (layer 5, position 40) shows there.
 echo "$tp2" | grep -Eq '^FP32 routing decisions nearest a tie \(router logit gap\): layer [0-9]+ position [0-9]+ gap '
-plain=$(echo "$tp2" | grep '^FP16 contract routes otherwise than FP32 at: ')
-[[ $plain != *"layer 5 position 40 "* ]] || { echo "unflipped, the emulation already differs at 5:40: $plain"; exit 1; }
+plain=$(echo "$tp2" | grep '^FP16 contract decides otherwise than FP32: ')
+[[ $plain != *"experts at layer 5 position 40 "* ]] || { echo "unflipped, the emulation already differs at 5:40: $plain"; exit 1; }
 "$study" --model "$dir/tiny" --positions 80 --prefill 16 --tp 2 --flip_route 5:40 |
-  grep -Eq '^FP16 contract routes otherwise than FP32 at: .*layer 5 position 40 \(FP32 gap [0-9.e+-]+\)'
-# Following FP32's routing, the emulation decides nothing otherwise.
-"$study" --model "$dir/tiny" --positions 80 --prefill 16 --tp 2 --follow_fp32_routing |
-  grep -q '^FP16 contract routes otherwise than FP32 at: none$'
+  grep -Eq '^FP16 contract decides otherwise than FP32: .*experts at layer 5 position 40 \(FP32 gap [0-9.e+-]+\)'
+# Following FP32's decisions, the emulation decides nothing otherwise (unsteered it does, above).
+[[ $plain == *"blocks at layer"* ]] || { echo "the tiny model's selection flips nowhere: $plain"; exit 1; }
+"$study" --model "$dir/tiny" --positions 80 --prefill 16 --tp 2 --follow_fp32_decisions |
+  grep -q '^FP16 contract decides otherwise than FP32: nowhere$'
 set +e
-err=$("$study" --model "$dir/tiny" --flip_route 5:40 --follow_fp32_routing 2>&1); rc=$?
+err=$("$study" --model "$dir/tiny" --flip_route 5:40 --follow_fp32_decisions 2>&1); rc=$?
 [[ $rc -eq 2 && $err == *"a run follows FP32 or flips, not both"* ]] || { echo "flip and follow: rc $rc: $err"; exit 1; }
 err=$("$study" --model "$dir/tiny" --positions 80 --flip_route 5:80 2>&1); rc=$?
 [[ $rc -eq 2 && $err == *"--flip_route 5:80: want LAYER:POSITION, a layer below 8 and a position below 80"* ]] ||

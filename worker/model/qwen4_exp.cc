@@ -94,7 +94,7 @@ Buffer Model::GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState:
 }
 
 Buffer Model::Attention(const AttentionWeights& w, const Tensor& h, const Tensor& positions,
-                        SequenceState::Attention& s) {
+                        SequenceState::Attention& s, int layer, int64_t position) {
   const ModelConfig& c = config_;
   const int64_t T = h.dim(0), dh = c.head_dim, Hq = w.q_heads, Hkv = w.kv_heads;
   const int64_t Hi = c.indexer_heads, di = c.indexer_head_dim, ratio = c.indexer_compress_ratio;
@@ -122,6 +122,12 @@ Buffer Model::Attention(const AttentionWeights& w, const Tensor& h, const Tensor
                              c.rope_theta);
   Buffer sel = backend_.Alloc(DType::kI32, {T, c.indexer_budget / ratio});
   backend_.IndexerSelect(iq.t(), s.pooled.t(), positions, sel.t(), ratio);
+  if (options_.selection) {
+    Selection chosen{comm_.rank(), layer, position, T, sel.t().dim(1), std::vector<int32_t>(sel.t().numel())};
+    backend_.CopyToHost(sel.t(), chosen.blocks.data());
+    options_.selection(chosen);
+    backend_.CopyFromHost(chosen.blocks.data(), sel.t());
+  }
 
   Buffer o = Act({T, Hq, dh});
   backend_.SelectedAttention(q.t(), s.k.t(), s.v.t(), sel.t(), positions, o.t(), ratio);
@@ -223,7 +229,7 @@ absl::StatusOr<Buffer> Model::Step(int64_t T, const StepInputs& in, SequenceStat
     const LayerWeights& l = weights_.layers[i];
     if (l.ple) Ple(*l.ple, X.t(), in.ple_rows[i].t(), state);
     HyperConnection(l.attn_hc, X.t(), h, &g);
-    Buffer y = c.is_attention(i) ? Attention(l.attn, h.t(), in.positions.t(), state.attention[i])
+    Buffer y = c.is_attention(i) ? Attention(l.attn, h.t(), in.positions.t(), state.attention[i], i, state.length)
                                  : GatedDeltaNet(l.gdn, h.t(), state.gdn[i]);
     RETURN_IF_ERROR(AllReduce(y));
     backend_.HcResidual(X.t(), g.t(), y.t());
@@ -251,8 +257,9 @@ absl::StatusOr<Buffer> Model::Forward(const std::vector<int32_t>& ids, SequenceS
   for (int32_t id : ids) {
     if (id < 0 || id >= c.vocab_size) return absl::InvalidArgumentError(absl::StrCat("forward: token id ", id, " outside the vocabulary"));
   }
-  if (options_.decode_graph && options_.routing) {
-    return absl::FailedPreconditionError("forward: routing is observed through the host, which a decode graph cannot");
+  if (options_.decode_graph && (options_.routing || options_.selection)) {
+    return absl::FailedPreconditionError(
+        "forward: routing and block selection are observed through the host, which a decode graph cannot");
   }
   keep = std::min(keep, T);
   if (!(options_.decode_graph && T == 1)) {

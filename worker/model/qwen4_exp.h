@@ -64,13 +64,24 @@ struct Routing {
   std::vector<float> weights;   // [tokens, k]
 };
 
+// One attention layer's choice of indexer blocks for one step, as a host copy
+// (ModelOptions::selection).
+struct Selection {
+  int rank = 0, layer = 0;
+  int64_t first_position = 0;  // the step's first token's position
+  int64_t tokens = 0, slots = 0;
+  std::vector<int32_t> blocks;  // [tokens, slots]: block ids ascending, −1 after the last
+};
+
 struct ModelOptions {
   // Decode steps (one token) replay a recorded graph instead of issuing every op.
   bool decode_graph = false;
-  // A diagnostic: sees each MoE layer's routing before its experts run, and may change the
-  // choices and weights, which the experts then use. Precision studies use it to find routing
-  // decisions that rounding can flip. It copies through the host, so steps run eagerly.
+  // Diagnostics: see each MoE layer's routing before its experts run, and each attention layer's
+  // block selection before attention reads it, and may change them; the layer then uses what
+  // they leave. Precision studies use them to find the decisions rounding can flip
+  // (worker/model/decision_record.h). They copy through the host, so steps run eagerly.
   std::function<void(Routing&)> routing;
+  std::function<void(Selection&)> selection;
 };
 
 class Model {
@@ -107,8 +118,9 @@ class Model {
   // Runs a hyper-connection module: h [T, H] and, with inject, gains g [T, S].
   void HyperConnection(const HcWeights& w, const Tensor& X, Buffer& h, Buffer* g);
   Buffer GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState::Gdn& s);
-  Buffer Attention(const AttentionWeights& w, const Tensor& h, const Tensor& positions, SequenceState::Attention& s);
-  // position: the step's first token's (for ModelOptions::routing).
+  // layer and position (the step's first token's) name the decisions ModelOptions' hooks see.
+  Buffer Attention(const AttentionWeights& w, const Tensor& h, const Tensor& positions, SequenceState::Attention& s,
+                   int layer, int64_t position);
   Buffer Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t position);
   void Ple(const PleWeights& w, Tensor& X, const Tensor& rows, SequenceState& s);
   absl::Status AllReduce(Buffer& partial);
