@@ -27,17 +27,24 @@ note "driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | hea
 # A failing model test again, to tell its cause: with every launch waiting for its kernel (a
 # missing wait between host and device goes away there), then under compute-sanitizer's memcheck
 # (out-of-bounds and misaligned accesses).
+# Its argument: the log of the failed run.
 diagnose_model() {
-  [[ -n $1 ]] || return 0
-  CUDA_LAUNCH_BLOCKING=1 timeout 240 "$packed/bin/model_cuda_test" --gtest_filter="$1" > "$out/serialized.log" 2>&1
-  note "  model_cuda_test $1 again with CUDA_LAUNCH_BLOCKING=1: exit $?"
-  grep -h -e "along the probe" -e "decides otherwise" "$out/serialized.log" | sed 's/^/    /' | tee -a "$summary"
-  if command -v compute-sanitizer > /dev/null; then
-    timeout 300 compute-sanitizer --tool memcheck --print-limit 20 "$packed/bin/model_cuda_test" --gtest_filter="$1" \
-        > "$out/memcheck.log" 2>&1
-    note "  ... under compute-sanitizer memcheck: exit $? ($(grep -m1 -E 'ERROR SUMMARY' "$out/memcheck.log"))"
-    grep -m5 -E 'Invalid|out of bounds|at 0x' "$out/memcheck.log" | sed 's/^/    /' | tee -a "$summary"
-  fi
+  # The failed tests; after a crash, which prints no verdict, the test that was running.
+  local tests
+  tests=$(grep -oE '^\[  FAILED  \] [A-Za-z0-9_]+\.[A-Za-z0-9_./]+' "$1" | awk '{print $4}' | sort -u | paste -sd: -)
+  [[ -n $tests ]] || tests=$(grep -oE '^\[ RUN      \] [A-Za-z0-9_./]+' "$1" | tail -1 | awk '{print $4}')
+  [[ -n $tests ]] || { note "  model_cuda_test failed before any test ran"; return 0; }
+  CUDA_LAUNCH_BLOCKING=1 timeout 240 "$packed/bin/model_cuda_test" --gtest_filter="$tests" > "$out/serialized.log" 2>&1
+  note "  model_cuda_test $tests again with CUDA_LAUNCH_BLOCKING=1: exit $?"
+  grep -h -e "top-1 agreement" -e "along the probe" -e "decides otherwise" "$out/serialized.log" | sed 's/^/    /' |
+    tee -a "$summary"
+  local sanitizer
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2> /dev/null)
+  [[ -n $sanitizer ]] || { note "  no compute-sanitizer here: memcheck skipped"; return 0; }
+  timeout 300 "$sanitizer" --tool memcheck --print-limit 20 "$packed/bin/model_cuda_test" --gtest_filter="$tests" \
+      > "$out/memcheck.log" 2>&1
+  note "  ... under compute-sanitizer memcheck: exit $? ($(grep -m1 -E 'ERROR SUMMARY' "$out/memcheck.log"))"
+  grep -m5 -E 'Invalid|out of bounds|at 0x' "$out/memcheck.log" | sed 's/^/    /' | tee -a "$summary"
 }
 
 failed=0
@@ -51,8 +58,7 @@ for t in cuda_backend_test linear_cuda_test norm_cuda_test rope_cuda_test conv_c
   [[ $rc -eq 0 ]] || failed=1
   note "$(printf '%-22s %-4s %4ss  %s' "$t" "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" $((SECONDS - start)) "$line")"
   grep -h -e "top-1 agreement" -e "along the probe" -e "decides otherwise" "$out/test.log" | sed 's/^/    /' | tee -a "$summary"
-  [[ $rc -eq 0 || $t != model_cuda_test ]] || diagnose_model "$(grep -oE '^\[  FAILED  \] [A-Za-z0-9_.]+' "$out/test.log" |
-                                                               awk '{print $4}' | sort -u | paste -sd: -)"
+  [[ $rc -eq 0 || $t != model_cuda_test ]] || diagnose_model "$out/test.log"
 done
 rm -f "$out/test.log"
 

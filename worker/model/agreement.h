@@ -27,9 +27,9 @@ struct TeacherForced {
   std::vector<std::vector<float>> index_keys;  // per attention layer: [positions, di]
 };
 
-// A run over `ids`: a prefill of `prefill` tokens (the last prefill token's logits first), then
-// one token at a time, each fed the reference token (teacher forcing). after_step runs on each
-// step's logits buffer once they have been read.
+// A run over `ids`: a prefill of `prefill` tokens (the logits of each of its positions), then one
+// token at a time, each fed the reference token (teacher forcing); row p of the logits is
+// position p. after_step runs on each step's logits buffer once they have been read.
 absl::StatusOr<TeacherForced> TeacherForcedRun(Model& model, const std::vector<int32_t>& ids, int64_t prefill,
                                                const std::function<void(Buffer&)>& after_step = {});
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 #include <numeric>
+#include <tuple>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -11,7 +12,7 @@
 namespace q38 {
 namespace {
 
-// Token t's experts by router logit, largest first (ties to the lower id, as the router).
+// Token t's experts by router logit, largest first (ties to the lower id).
 std::vector<int32_t> ByLogit(const Routing& r, int64_t t) {
   std::vector<int32_t> order(r.experts);
   std::iota(order.begin(), order.end(), 0);
@@ -56,18 +57,32 @@ void Follow(const Decisions& reference, Selection& s) {
   }
 }
 
+std::string ExpertsAt(const DecisionKey& key, const RouteDecision& reference) {
+  return absl::StrFormat("experts at layer %d position %d (reference gap %.1e, %.1f FP16 ulps)", key.first,
+                         key.second, reference.gap, reference.gap_in_fp16_ulps());
+}
+
+std::string BlocksAt(const DecisionKey& key) {
+  return absl::StrFormat("blocks at layer %d position %d", key.first, key.second);
+}
+
 }  // namespace
+
+float RouteDecision::gap_in_fp16_ulps() const {
+  // FP16 keeps 10 fraction bits; below 2⁻¹⁴ the spacing stays 2⁻²⁴.
+  const int exponent = std::ilogb(std::max(std::fabs(logit), 0x1p-14f));
+  return gap / std::ldexp(1.0f, exponent - 10);
+}
 
 void DecisionRecorder::Record(const Routing& r) {
   if (r.rank != 0) return;
   std::lock_guard<std::mutex> lock(mu_);
   for (int64_t t = 0; t < r.tokens; ++t) {
-    RouteDecision d{ChosenSorted(r, t), 0};
-    if (r.k < r.experts) {
-      const std::vector<int32_t> order = ByLogit(r, t);
-      const float* l = r.logits.data() + t * r.experts;
-      d.gap = l[order[r.k - 1]] - l[order[r.k]];
-    }
+    RouteDecision d{ChosenSorted(r, t), 0, 0};
+    const std::vector<int32_t> order = ByLogit(r, t);
+    const float* l = r.logits.data() + t * r.experts;
+    d.logit = l[order[r.k - 1]];
+    if (r.k < r.experts) d.gap = d.logit - l[order[r.k]];
     decisions_.routes[{r.layer, r.first_position + t}] = std::move(d);
   }
 }
@@ -86,15 +101,16 @@ Decisions DecisionRecorder::decisions() const {
   return decisions_;
 }
 
-void Steer(ModelOptions& options, const Decisions* follow, DecisionRecorder* record) {
+void InstallDecisionHooks(ModelOptions& options, const DecisionHooks& hooks) {
   // Each rank's model holds its own copy of the hooks: the reference is copied in, read only.
-  std::shared_ptr<const Decisions> reference = follow ? std::make_shared<Decisions>(*follow) : nullptr;
-  options.routing = [reference, record](Routing& r) {
-    if (reference) Follow(*reference, r);
+  std::shared_ptr<const Decisions> follow = hooks.follow ? std::make_shared<Decisions>(*hooks.follow) : nullptr;
+  options.routing = [follow, alter = hooks.alter, record = hooks.record](Routing& r) {
+    if (follow) Follow(*follow, r);
+    if (alter) alter(r);
     if (record) record->Record(r);
   };
-  options.selection = [reference, record](Selection& s) {
-    if (reference) Follow(*reference, s);
+  options.selection = [follow, record = hooks.record](Selection& s) {
+    if (follow) Follow(*follow, s);
     if (record) record->Record(s);
   };
 }
@@ -115,15 +131,38 @@ std::string DecisionDifferences(const Decisions& got, const Decisions& reference
   for (const auto& [key, d] : got.routes) {
     auto it = reference.routes.find(key);
     if (it == reference.routes.end() || it->second.chosen == d.chosen) continue;
-    out.push_back(
-        absl::StrFormat("experts at layer %d position %d (FP32 gap %.1e)", key.first, key.second, it->second.gap));
+    out.push_back(ExpertsAt(key, it->second));
   }
   for (const auto& [key, blocks] : got.selections) {
     auto it = reference.selections.find(key);
     if (it == reference.selections.end() || it->second == blocks) continue;
-    out.push_back(absl::StrFormat("blocks at layer %d position %d", key.first, key.second));
+    out.push_back(BlocksAt(key));
   }
   return absl::StrJoin(out, ", ");
+}
+
+FirstDifference FirstDecisionDifference(const Decisions& got, const Decisions& reference) {
+  FirstDifference first;
+  // Order along the sequence: position, layer, then selection (0) before routing (1).
+  const auto offer = [&first](const DecisionKey& key, bool routing, const RouteDecision& d) {
+    const auto rank = [](const DecisionKey& k, bool r) { return std::make_tuple(k.second, k.first, r); };
+    if (first.found && rank(first.key, first.routing) <= rank(key, routing)) return;
+    first = {true, routing, key, d};
+  };
+  for (const auto& [key, d] : reference.routes) {
+    auto it = got.routes.find(key);
+    if (it != got.routes.end() && it->second.chosen != d.chosen) offer(key, true, d);
+  }
+  for (const auto& [key, blocks] : reference.selections) {
+    auto it = got.selections.find(key);
+    if (it != got.selections.end() && it->second != blocks) offer(key, false, {});
+  }
+  return first;
+}
+
+std::string Describe(const FirstDifference& f) {
+  if (!f.found) return "nowhere";
+  return f.routing ? ExpertsAt(f.key, f.reference) : BlocksAt(f.key);
 }
 
 std::vector<std::pair<DecisionKey, RouteDecision>> ClosestCalls(const Decisions& d, size_t n) {

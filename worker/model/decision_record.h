@@ -21,6 +21,11 @@ namespace q38 {
 struct RouteDecision {
   std::vector<int32_t> chosen;  // the experts, ascending
   float gap = 0;                // the k-th largest router logit minus the (k+1)-th
+  float logit = 0;              // the k-th largest router logit
+
+  // The gap in units of the FP16 spacing at the k-th logit: how many roundings apart the two
+  // sides of the decision lie.
+  float gap_in_fp16_ulps() const;
 };
 
 using DecisionKey = std::pair<int, int64_t>;  // (layer, position)
@@ -34,31 +39,49 @@ struct Decisions {
 class DecisionRecorder {
  public:
   Decisions decisions() const;
-
- private:
-  friend void Steer(ModelOptions&, const Decisions*, DecisionRecorder*);
   void Record(const Routing& r);
   void Record(const Selection& s);
 
+ private:
   mutable std::mutex mu_;
   Decisions decisions_;
 };
 
-// Sets `options`' hooks so that a run takes `follow`'s decision wherever it would decide
-// otherwise (experts weighted by the run's own router logits: the router's softmax renormalized
-// over them), then records what it decided into `record`. Either may be null. The run then
-// differs from `follow`'s only by its arithmetic.
-void Steer(ModelOptions& options, const Decisions* follow, DecisionRecorder* record);
+// What a run's decision hooks do, in this order: take `follow`'s decision wherever the run would
+// decide otherwise (experts weighted by the run's own router logits: the router's softmax
+// renormalized over them), so that it differs from `follow`'s run only by its arithmetic; apply
+// `alter` to each routing (FlipToRunnerUp); record what the run then decides.
+struct DecisionHooks {
+  const Decisions* follow = nullptr;
+  std::function<void(Routing&)> alter;
+  DecisionRecorder* record = nullptr;
+};
 
-// A routing hook that sends the token at `position` in MoE layer `layer` to the router's
-// runner-up in place of its k-th choice, weighted as the router would have: the other side of
-// that decision.
+// Sets options.routing and options.selection to the hooks.
+void InstallDecisionHooks(ModelOptions& options, const DecisionHooks& hooks);
+
+// Sends the token at `position` in MoE layer `layer` to the router's runner-up in place of its
+// k-th choice, weighted as the router would have: the other side of that decision.
 std::function<void(Routing&)> FlipToRunnerUp(int layer, int64_t position);
 
 // Every decision of `got` that differs from the reference's, in layer and position order,
-// experts first ("experts at layer L position P (FP32 gap G), ..., blocks at layer L position
-// P"; "" where none does).
+// experts first ("experts at layer L position P (reference gap G), ..., blocks at layer L
+// position P"; "" where none does).
 std::string DecisionDifferences(const Decisions& got, const Decisions& reference);
+
+// The first decision along the sequence that `got` takes otherwise than the reference: at the
+// lowest position, the lowest layer, and within a layer the block selection before the routing
+// (attention runs before the layer's experts). One decision taken otherwise moves everything
+// after it, so only the first must have been a near tie.
+struct FirstDifference {
+  bool found = false;
+  bool routing = false;  // else a block selection
+  DecisionKey key;
+  RouteDecision reference;  // routing: the reference's decision there
+};
+FirstDifference FirstDecisionDifference(const Decisions& got, const Decisions& reference);
+// As DecisionDifferences names it, or "nowhere".
+std::string Describe(const FirstDifference& f);
 
 // The n routing decisions nearest a tie, closest first.
 std::vector<std::pair<DecisionKey, RouteDecision>> ClosestCalls(const Decisions& d, size_t n);

@@ -36,31 +36,28 @@ Selection TwoQueries() {
   return s;
 }
 
-Decisions Recorded(Routing r, Selection s) {
+Decisions Recorded(const Routing& r, const Selection& s) {
   DecisionRecorder rec;
-  ModelOptions o;
-  Steer(o, nullptr, &rec);
-  o.routing(r);
-  o.selection(s);
+  rec.Record(r);
+  rec.Record(s);
   return rec.decisions();
 }
 
 TEST(DecisionRecord, RecordsRankZerosDecisionsWithTheirGaps) {
   DecisionRecorder rec;
-  ModelOptions o;
-  Steer(o, nullptr, &rec);
-  Routing r = TwoTokens();
-  o.routing(r);
+  rec.Record(TwoTokens());
   Routing other = TwoTokens();
   other.rank = 1;
   other.first_position = 20;
-  o.routing(other);  // another rank's copy of the same decisions: not recorded again
-  Selection s = TwoQueries();
-  o.selection(s);
+  rec.Record(other);  // another rank's copy of the same decisions: not recorded again
+  rec.Record(TwoQueries());
   const Decisions d = rec.decisions();
   ASSERT_EQ(d.routes.size(), 2u);
   EXPECT_EQ(d.routes.at({2, 7}).chosen, (std::vector<int32_t>{1, 2}));
   EXPECT_NEAR(d.routes.at({2, 7}).gap, 0.1f, 1e-6);
+  EXPECT_EQ(d.routes.at({2, 7}).logit, 2.0f);
+  EXPECT_NEAR(d.routes.at({2, 7}).gap_in_fp16_ulps(), 0.1 * 512, 1e-3);  // FP16 spacing 2⁻⁹ in [2, 4)
+  EXPECT_EQ((RouteDecision{{}, 0x1p-20f, 0x1p-16f}).gap_in_fp16_ulps(), 16.0f);  // subnormal spacing 2⁻²⁴
   EXPECT_EQ(d.routes.at({2, 8}).chosen, (std::vector<int32_t>{0, 1}));
   EXPECT_EQ(d.routes.at({2, 8}).gap, 0.0f);
   EXPECT_EQ(d.selections.at({3, 8}), (std::vector<int32_t>{0, 1, -1}));
@@ -85,7 +82,7 @@ TEST(DecisionRecord, FlipTakesTheRunnerUpWithTheRoutersWeights) {
   EXPECT_EQ(elsewhere.chosen, TwoTokens().chosen);
 }
 
-TEST(DecisionRecord, SteeringTakesTheReferencesDecisionsWhereTheyDiffer) {
+TEST(DecisionRecord, HooksTakeTheReferencesDecisionsWhereTheyDiffer) {
   Routing flipped = TwoTokens();
   FlipToRunnerUp(2, 7)(flipped);
   Selection other = TwoQueries();
@@ -93,7 +90,7 @@ TEST(DecisionRecord, SteeringTakesTheReferencesDecisionsWhereTheyDiffer) {
   const Decisions reference = Recorded(flipped, other);
   ModelOptions o;
   DecisionRecorder rec;
-  Steer(o, &reference, &rec);
+  InstallDecisionHooks(o, {.follow = &reference, .record = &rec});
   Routing r = TwoTokens();
   r.logits[3] = 1.5f;  // this run's own logit for expert 3
   o.routing(r);
@@ -107,7 +104,7 @@ TEST(DecisionRecord, SteeringTakesTheReferencesDecisionsWhereTheyDiffer) {
   Selection s = TwoQueries();
   o.selection(s);
   EXPECT_EQ(s.blocks, other.blocks);
-  EXPECT_EQ(DecisionDifferences(rec.decisions(), reference), "");  // it recorded what it took
+  EXPECT_EQ(DecisionDifferences(rec.decisions(), reference), "");  // recorded after following
   Routing elsewhere = TwoTokens();
   elsewhere.first_position = 30;  // positions the reference never decided: left alone
   o.routing(elsewhere);
@@ -123,7 +120,33 @@ TEST(DecisionRecord, DifferencesNameTheDecisionsThatDiffer) {
   Selection other = TwoQueries();
   other.blocks[3] = 2;
   EXPECT_EQ(DecisionDifferences(Recorded(flipped, other), plain),
-            "experts at layer 2 position 7 (FP32 gap 1.0e-01), blocks at layer 3 position 8");
+            "experts at layer 2 position 7 (reference gap 1.0e-01, 51.2 FP16 ulps), blocks at layer 3 position 8");
+}
+
+TEST(DecisionRecord, FirstDifferenceIsTheEarliestAlongTheSequence) {
+  Decisions reference;
+  reference.routes[{1, 9}] = {{0, 3}, 0.3f, 1.0f};
+  reference.routes[{2, 7}] = {{1, 2}, 0.1f, 1.0f};
+  reference.routes[{3, 6}] = {{1, 2}, 0.5f, 1.0f};
+  reference.routes[{5, 6}] = {{0, 1}, 0.02f, 1.0f};
+  reference.selections[{3, 6}] = {0, 1, -1};
+  Decisions got = reference;
+  EXPECT_FALSE(FirstDecisionDifference(got, reference).found);
+  got.routes[{1, 9}].chosen = {0, 1};
+  got.routes[{2, 7}].chosen = {1, 3};
+  FirstDifference f = FirstDecisionDifference(got, reference);
+  EXPECT_TRUE(f.found && f.routing);
+  EXPECT_EQ(f.key, (DecisionKey{2, 7}));  // position 7, though layer 1 comes first
+  EXPECT_EQ(f.reference.gap, 0.1f);
+  got.routes[{5, 6}].chosen = {0, 2};
+  EXPECT_EQ(FirstDecisionDifference(got, reference).key, (DecisionKey{5, 6}));
+  got.routes[{3, 6}].chosen = {0, 2};
+  EXPECT_EQ(FirstDecisionDifference(got, reference).key, (DecisionKey{3, 6}));  // the lower layer
+  got.selections[{3, 6}] = {0, 2, -1};
+  f = FirstDecisionDifference(got, reference);
+  EXPECT_TRUE(f.found);
+  EXPECT_FALSE(f.routing);  // layer 3's attention chose its blocks before its experts
+  EXPECT_EQ(f.key, (DecisionKey{3, 6}));
 }
 
 }  // namespace

@@ -185,12 +185,8 @@ TEST_F(TinyModel, DecisionsAreObservedFlippedAndFollowed) {
   auto cpu = MakeCpuBackend();
   DecisionRecorder plain_decisions, flipped_decisions, steered_decisions;
   ModelOptions plain, flipped, steered;
-  Steer(plain, nullptr, &plain_decisions);
-  Steer(flipped, nullptr, &flipped_decisions);
-  flipped.routing = [flip = FlipToRunnerUp(1, 14), then = flipped.routing](Routing& r) {
-    flip(r);
-    then(r);
-  };
+  InstallDecisionHooks(plain, {.record = &plain_decisions});
+  InstallDecisionHooks(flipped, {.alter = FlipToRunnerUp(1, 14), .record = &flipped_decisions});
   const auto a = TeacherForcedOnBackend(l.config, *l.store, *cpu, ids, 8, plain);
   const auto b = TeacherForcedOnBackend(l.config, *l.store, *cpu, ids, 8, flipped);
   ASSERT_TRUE(a.ok() && b.ok());
@@ -198,13 +194,17 @@ TEST_F(TinyModel, DecisionsAreObservedFlippedAndFollowed) {
   EXPECT_EQ(p.routes.size(), static_cast<size_t>(l.config.num_layers) * ids.size());
   EXPECT_EQ(p.selections.size(), 2 * ids.size());  // two attention layers
   EXPECT_EQ(DecisionDifferences(f, p).rfind("experts at layer 1 position 14 ", 0), 0u);
+  const FirstDifference first = FirstDecisionDifference(f, p);
+  EXPECT_TRUE(first.found && first.routing);
+  EXPECT_EQ(first.key, (DecisionKey{1, 14}));
+  EXPECT_EQ(first.reference.gap, p.routes.at({1, 14}).gap);
   const int64_t V = l.config.vocab_size;
   EXPECT_EQ(std::vector<float>(a->logits.begin(), a->logits.begin() + 14 * V),
             std::vector<float>(b->logits.begin(), b->logits.begin() + 14 * V));
   EXPECT_NE(std::vector<float>(a->logits.begin() + 14 * V, a->logits.begin() + 15 * V),
             std::vector<float>(b->logits.begin() + 14 * V, b->logits.begin() + 15 * V));
   // Steered onto the flipped run's decisions, a plain run computes the flipped run's logits.
-  Steer(steered, &f, &steered_decisions);
+  InstallDecisionHooks(steered, {.follow = &f, .record = &steered_decisions});
   const auto c = TeacherForcedOnBackend(l.config, *l.store, *cpu, ids, 8, steered);
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(DecisionDifferences(steered_decisions.decisions(), f), "");

@@ -23,8 +23,8 @@
 #include "kernels/fp16_emulation.h"
 #include "worker/checkpoint/tensor_store.h"
 #include "worker/model/agreement.h"
-#include "worker/model/local_group.h"
 #include "worker/model/decision_record.h"
+#include "worker/model/local_group.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory (q38-make-checkpoint writes random ones)");
 ABSL_FLAG(int64_t, positions, 600, "probe sequence length");
@@ -80,25 +80,20 @@ absl::Status Main() {
     return absl::InvalidArgumentError("--flip_route and --follow_fp32_decisions: a run follows FP32 or flips, not both");
   }
   auto cpu = MakeCpuBackend();
-  DecisionRecorder fp32_decisions, emulated_decisions;
+  DecisionRecorder fp32_decisions;
   ModelOptions recorded;
-  Steer(recorded, nullptr, &fp32_decisions);
+  InstallDecisionHooks(recorded, {.record = &fp32_decisions});
   ASSIGN_OR_RETURN(const TeacherForced reference,
                    TeacherForcedOnBackend(config, *store, *cpu, ids, prefill, std::move(recorded)));
   const Decisions fp32 = fp32_decisions.decisions();
   const int tp = absl::GetFlag(FLAGS_tp);
-  // The emulated run, sharded over --tp ranks, its decisions recorded (FP32's taken, or one
-  // flipped, where asked).
-  const auto emulate = [&](const std::set<std::string>& exact_ops) -> absl::StatusOr<TeacherForced> {
+  // The emulated run, sharded over --tp ranks, its decisions recorded into `decided` (FP32's
+  // taken, or one flipped, where asked).
+  const auto emulate = [&](const std::set<std::string>& exact_ops,
+                           DecisionRecorder& decided) -> absl::StatusOr<TeacherForced> {
     TeacherForced got;
     ModelOptions options;
-    Steer(options, follow ? &fp32 : nullptr, &emulated_decisions);
-    if (flip) {
-      options.routing = [flip, then = options.routing](Routing& r) {
-        flip(r);
-        then(r);
-      };
-    }
+    InstallDecisionHooks(options, {.follow = follow ? &fp32 : nullptr, .alter = flip, .record = &decided});
     if (tp == 1) {
       auto emulated = MakeFp16EmulationBackend(exact_ops);
       ASSIGN_OR_RETURN(got, TeacherForcedOnBackend(config, *store, *emulated, ids, prefill, options));
@@ -114,7 +109,8 @@ absl::Status Main() {
     }
     return got;
   };
-  ASSIGN_OR_RETURN(const TeacherForced all, emulate(exact));
+  DecisionRecorder emulated_decisions;
+  ASSIGN_OR_RETURN(const TeacherForced all, emulate(exact, emulated_decisions));
   const std::string what =
       "FP16 contract" + (exact.empty() ? std::string() : " (exact: " + absl::StrJoin(exact, ",") + ")");
   std::cout << what << " against FP32: " << Describe(CompareLogits(all.logits, reference.logits, config.vocab_size))
@@ -126,15 +122,19 @@ absl::Status Main() {
   for (const auto& [key, d] : ClosestCalls(fp32, 5)) {
     closest.push_back(absl::StrFormat("layer %d position %d gap %.1e", key.first, key.second, d.gap));
   }
-  const std::string differences = DecisionDifferences(emulated_decisions.decisions(), fp32);
+  const Decisions emulated = emulated_decisions.decisions();
+  const std::string differences = DecisionDifferences(emulated, fp32);
   std::cout << "FP32 routing decisions nearest a tie (router logit gap): " << absl::StrJoin(closest, "; ") << "\n"
-            << what << " decides otherwise than FP32: " << (differences.empty() ? "nowhere" : differences) << "\n";
+            << what << " decides otherwise than FP32: " << (differences.empty() ? "nowhere" : differences) << "\n"
+            << what << " first decides otherwise than FP32: " << Describe(FirstDecisionDifference(emulated, fp32))
+            << "\n";
   if (!absl::GetFlag(FLAGS_sweep)) return absl::OkStatus();
   std::cout << "only this op rounded          top-1    decided  median err  p90 err\n";
   for (const std::string& op : ops) {
     std::set<std::string> others(ops.begin(), ops.end());
     others.erase(op);
-    ASSIGN_OR_RETURN(const TeacherForced got, emulate(others));
+    DecisionRecorder decided;
+    ASSIGN_OR_RETURN(const TeacherForced got, emulate(others, decided));
     const Agreement a = CompareLogits(got.logits, reference.logits, config.vocab_size);
     printf("%-28s %7.4f %9.4f %11.2e %9.2e\n", op.c_str(), a.top1, a.top1_decided, a.median_rel_error,
            a.p90_rel_error);

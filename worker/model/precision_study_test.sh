@@ -2,7 +2,7 @@
 # q38-precision-study end to end on a tiny checkpoint: the contract's agreement with FP32 comes
 # out within (0, 1], an op left exact is named, a smaller indexer budget changes the result, the
 # emulation runs sharded at TP2 (with its error along the probe and its decisions), a forced routing
-# flip is reported where it was made, a run that follows FP32's decisions decides nothing otherwise,
+# flip is reported where it was made, a run that follows FP32's decisions loses less than a free one,
 # and bad input is refused with exit 2.
 # Usage: precision_study_test.sh Q38_MAKE_CHECKPOINT Q38_PRECISION_STUDY
 set -euo pipefail
@@ -26,11 +26,15 @@ echo "$tp2" | grep -Eq '^FP32 routing decisions nearest a tie \(router logit gap
 plain=$(echo "$tp2" | grep '^FP16 contract decides otherwise than FP32: ')
 [[ $plain != *"experts at layer 5 position 40 "* ]] || { echo "unflipped, the emulation already differs at 5:40: $plain"; exit 1; }
 "$study" --model "$dir/tiny" --positions 80 --prefill 16 --tp 2 --flip_route 5:40 |
-  grep -Eq '^FP16 contract decides otherwise than FP32: .*experts at layer 5 position 40 \(FP32 gap [0-9.e+-]+\)'
-# Following FP32's decisions, the emulation decides nothing otherwise (unsteered it does, above).
-[[ $plain == *"blocks at layer"* ]] || { echo "the tiny model's selection flips nowhere: $plain"; exit 1; }
-"$study" --model "$dir/tiny" --positions 80 --prefill 16 --tp 2 --follow_fp32_decisions |
-  grep -q '^FP16 contract decides otherwise than FP32: nowhere$'
+  grep -Eq '^FP16 contract decides otherwise than FP32: .*experts at layer 5 position 40 \(reference gap [0-9.e+-]+, [0-9.]+ FP16 ulps\)'
+echo "$tp2" | grep -Eq '^FP16 contract first decides otherwise than FP32: (experts|blocks) at layer [0-9]+ position '
+# Unsteered, the emulation flips experts and blocks (above); following FP32's decisions takes the
+# flips' cost out: its p90 error comes out below the free run's (5.3e-3 against 1.4e-2 here).
+[[ $plain == *"experts at layer"* && $plain == *"blocks at layer"* ]] || { echo "no flips to take out: $plain"; exit 1; }
+p90() { sed -nE 's/^FP16 contract against FP32: .* p90 ([0-9.e+-]+),.*/\1/p'; }
+free=$(echo "$tp2" | p90)
+followed=$("$study" --model "$dir/tiny" --positions 80 --prefill 16 --tp 2 --follow_fp32_decisions | p90)
+awk -v f="$followed" -v g="$free" 'BEGIN { exit !(f < g / 2) }' || { echo "following: p90 $followed, free $free"; exit 1; }
 set +e
 err=$("$study" --model "$dir/tiny" --flip_route 5:40 --follow_fp32_decisions 2>&1); rc=$?
 [[ $rc -eq 2 && $err == *"a run follows FP32 or flips, not both"* ]] || { echo "flip and follow: rc $rc: $err"; exit 1; }

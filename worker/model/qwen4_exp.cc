@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "common/status.h"
 #include "kernels/ple/ple_hash.h"
 
@@ -49,6 +50,16 @@ void Model::Reset(SequenceState& s) const {
   // The n-gram history before the first token is EOS (MODEL.md §6.2).
   s.ple_history.assign(config_.ngram_size - 1, config_.ple_eos());
   s.length = 0;
+}
+
+void Model::CopyFloatsFromHost(const std::vector<float>& host, Tensor& t) {
+  if (t.dtype != DType::kF16) {
+    backend_.CopyFromHost(host.data(), t);
+    return;
+  }
+  std::vector<uint16_t> half(host.size());
+  for (size_t i = 0; i < host.size(); ++i) half[i] = FloatToFp16(host[i]);
+  backend_.CopyFromHost(half.data(), t);
 }
 
 absl::Status Model::AllReduce(Buffer& partial) {
@@ -125,8 +136,9 @@ Buffer Model::Attention(const AttentionWeights& w, const Tensor& h, const Tensor
   if (options_.selection) {
     Selection chosen{comm_.rank(), layer, position, T, sel.t().dim(1), std::vector<int32_t>(sel.t().numel())};
     backend_.CopyToHost(sel.t(), chosen.blocks.data());
+    const std::vector<int32_t> selected = chosen.blocks;
     options_.selection(chosen);
-    backend_.CopyFromHost(chosen.blocks.data(), sel.t());
+    if (chosen.blocks != selected) backend_.CopyFromHost(chosen.blocks.data(), sel.t());
   }
 
   Buffer o = Act({T, Hq, dh});
@@ -151,9 +163,14 @@ Buffer Model::Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t posit
     backend_.CopyToHost(logits.t(), r.logits.data());
     backend_.CopyToHost(idx.t(), r.chosen.data());
     backend_.CopyToHost(weights.t(), r.weights.data());
+    const std::vector<int32_t> chosen = r.chosen;
+    const std::vector<float> given = r.weights;
     options_.routing(r);
-    backend_.CopyFromHost(r.chosen.data(), idx.t());
-    weights = backend_.Upload(r.weights, {T, k});  // in the activation dtype
+    // Written back only where changed, so that a hook that only looks leaves the run as it was.
+    if (r.chosen != chosen || r.weights != given) {
+      backend_.CopyFromHost(r.chosen.data(), idx.t());
+      CopyFloatsFromHost(r.weights, weights.t());
+    }
   }
   Buffer out = Act({T, c.hidden_size});
   backend_.RoutedExperts(h, idx.t(), weights.t(), w.experts, out.t());

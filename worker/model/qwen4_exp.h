@@ -124,6 +124,8 @@ class Model {
   Buffer Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t position);
   void Ple(const PleWeights& w, Tensor& X, const Tensor& rows, SequenceState& s);
   absl::Status AllReduce(Buffer& partial);
+  // F32 or F16 tensor t from host floats (CopyFromHost copies bytes as they are).
+  void CopyFloatsFromHost(const std::vector<float>& host, Tensor& t);
 
   ModelConfig config_;
   ModelWeights weights_;
