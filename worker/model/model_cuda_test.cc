@@ -4,9 +4,10 @@
 // free, as served (through the decode graph where the collectives allow one), and eagerly with
 // every discrete decision (MoE routing, indexer block selection) taken as FP32 took it. A near
 // tie is decided by rounding, and one expert or block taken otherwise moves every later position
-// (docs/precision.md); the aligned run measures the arithmetic alone and carries the bars. Also: the ranks'
-// replicated state bitwise equal at TP2, and the decode graph's replays bitwise equal to eager
-// execution. Skipped where no GPU (or, for TP2 over NCCL, no second GPU) is visible.
+// (docs/precision.md); the aligned run measures the arithmetic alone. Both carry the same bars.
+// Also: the ranks' replicated state bitwise equal at TP2, and the decode graph's replays bitwise
+// equal to eager execution. Skipped where no GPU (or, for TP2 over NCCL, no second GPU) is
+// visible.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -189,14 +190,35 @@ class TinyOnGpu : public ::testing::Test {
     }
   }
 
-  // Free runs pay for the near ties rounding decides: a few positions, as the emulation does
-  // (top-1 within 2 points of its), unbounded error after a flipped expert or block. Aligned runs
-  // carry the bars. The trained model carries issue 5's: ≥ 99% top-1 agreement with FP32 over
-  // ≥ 512 positions and final logits within 2e-2. The random tiny model's top-2 logits nearly tie
-  // so often that the contract's own emulation sits at 99.0–99.7% there; it must meet 99% over
-  // the positions whose reference margin exceeds 1% (the emulation: 100%) and final logits within
-  // 2e-2, and pay no more than the contract costs under the same decisions: top-1 within 2 points
-  // of the aligned emulation's and a p90 logits error within 1.5× of it.
+  // The trained model carries issue 5's target: ≥ 99% top-1 agreement with the FP32 reference
+  // over ≥ 512 positions, and final logits within 2e-2 of it. No implementation of the FP16
+  // contract reaches that reliably on the random tiny model: its expert and block choices flip
+  // under any rounding, and the contract's own CPU emulation stops at 96–98% with final errors up
+  // to 7.8e-2 (docs/precision.md, six seeds). There the GPU must pay no more than the contract
+  // costs (`contract`, run the same way): top-1 within 2 points of the emulation's (the spread two
+  // implementations of the contract show over 600 positions) and a p90 logits error within 1.5×
+  // of it. Deciding as FP32, the tiny model must also meet 99% over the positions whose reference
+  // margin exceeds 1% (the emulation: 100%) and final logits within 2e-2.
+  static void ExpectBars(const std::string& what, Case c, const Agreement& got, const Reference& ref,
+                         const TeacherForced& contract, bool deciding_as_fp32) {
+    if (c == Case::kTrained) {
+      EXPECT_GE(got.top1, 0.99) << what;
+      EXPECT_LE(got.final_rel_error, 2e-2) << what;
+      return;
+    }
+    const Agreement emulated = CompareLogits(contract.logits, ref.fp32.logits, ref.config.vocab_size);
+    EXPECT_GE(got.top1, emulated.top1 - 0.02) << what;
+    EXPECT_LE(got.p90_rel_error, 1.5 * emulated.p90_rel_error) << what;
+    if (deciding_as_fp32) {
+      EXPECT_GE(got.top1_decided, 0.99) << what;
+      EXPECT_LE(got.final_rel_error, 2e-2) << what;
+    }
+  }
+
+  // Every configuration runs free, as served, and deciding as FP32 (eagerly); both must meet the
+  // bars. A free run that fails them where the aligned one passes has paid for a near tie its
+  // rounding decided (docs/precision.md); the decisions it took otherwise are printed where it
+  // runs eagerly.
   static void ExpectAgreement(int tp, const std::string& comm = "nccl") {
     // The trained model first: a rerun under a slow checker (scripts/gpu-run.sh) reaches it.
     for (Case c : {Case::kTrained, Case::kTinyDense, Case::kTinySparse}) {
@@ -210,21 +232,11 @@ class TinyOnGpu : public ::testing::Test {
       const Agreement free = Report(what, ref, OnGpus(ref, {tp, comm, !eager, eager ? &decisions : nullptr}),
                                     ref.contract);
       if (eager) ReportDecisions(what, ref, decisions);
-      EXPECT_GE(free.top1, CompareLogits(ref.contract.logits, ref.fp32.logits, ref.config.vocab_size).top1 - 0.02)
-          << what;
+      ExpectBars(what, c, free, ref, ref.contract, false);
       const std::string aligned_what = what + " deciding as FP32";
       const Agreement aligned =
           Report(aligned_what, ref, OnGpus(ref, {tp, comm, false, nullptr, &ref.fp32_decisions}), ref.contract_aligned);
-      if (c == Case::kTrained) {
-        EXPECT_GE(aligned.top1, 0.99) << aligned_what;
-        EXPECT_LE(aligned.final_rel_error, 2e-2) << aligned_what;
-      } else {
-        const Agreement emulated = CompareLogits(ref.contract_aligned.logits, ref.fp32.logits, ref.config.vocab_size);
-        EXPECT_GE(aligned.top1_decided, 0.99) << aligned_what;
-        EXPECT_LE(aligned.final_rel_error, 2e-2) << aligned_what;
-        EXPECT_GE(aligned.top1, emulated.top1 - 0.02) << aligned_what;
-        EXPECT_LE(aligned.p90_rel_error, 1.5 * emulated.p90_rel_error) << aligned_what;
-      }
+      ExpectBars(aligned_what, c, aligned, ref, ref.contract_aligned, true);
     }
   }
 };
