@@ -12,28 +12,20 @@ namespace {
 
 // Two tokens at positions 7 and 8 of layer 2, four experts, top-2.
 Routing TwoTokens() {
-  Routing r;
-  r.layer = 2;
-  r.first_position = 7;
-  r.tokens = 2;
-  r.experts = 4;
-  r.k = 2;
-  r.logits = {1.0f, 3.0f, 2.0f, 1.9f,   // 1 and 2 chosen; 2 leads 3 by 0.1
-              0.0f, 0.5f, -1.0f, 0.0f};  // 1, then 0 over 3 by id; no gap
-  r.chosen = {1, 2, 1, 0};
-  r.weights = {0.73f, 0.27f, 0.62f, 0.38f};
-  return r;
+  return {.layer = 2,
+          .first_position = 7,
+          .tokens = 2,
+          .experts = 4,
+          .k = 2,
+          .logits = {1.0f, 3.0f, 2.0f, 1.9f,   // 1 and 2 chosen; 2 leads 3 by 0.1
+                     0.0f, 0.5f, -1.0f, 0.0f},  // 1, then 0 over 3 by id; no gap
+          .chosen = {1, 2, 1, 0},
+          .weights = {0.73f, 0.27f, 0.62f, 0.38f}};
 }
 
 // The same two positions of attention layer 3: three block slots each.
 Selection TwoQueries() {
-  Selection s;
-  s.layer = 3;
-  s.first_position = 7;
-  s.tokens = 2;
-  s.slots = 3;
-  s.blocks = {0, 1, -1, 0, 1, -1};
-  return s;
+  return {.layer = 3, .first_position = 7, .tokens = 2, .slots = 3, .blocks = {0, 1, -1, 0, 1, -1}};
 }
 
 Decisions Recorded(const Routing& r, const Selection& s) {
