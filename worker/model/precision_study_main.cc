@@ -92,21 +92,14 @@ absl::Status Main() {
   const auto emulate = [&](const std::set<std::string>& exact_ops,
                            DecisionRecorder& decided) -> absl::StatusOr<TeacherForced> {
     TeacherForced got;
-    ModelOptions options;
-    InstallDecisionHooks(options, {.follow = follow ? &fp32 : nullptr, .alter = flip, .record = &decided});
-    if (tp == 1) {
-      auto emulated = MakeFp16EmulationBackend(exact_ops);
-      ASSIGN_OR_RETURN(got, TeacherForcedOnBackend(config, *store, *emulated, ids, prefill, options));
-    } else {
-      LocalGroupOptions o;
-      o.model = options;
-      o.cpu_backend = [&] { return MakeFp16EmulationBackend(exact_ops); };
-      RETURN_IF_ERROR(RunLocalGroup(config, *store, tp, [&](Model& m) -> absl::Status {
-        ASSIGN_OR_RETURN(TeacherForced run, TeacherForcedRun(m, ids, prefill));
-        if (m.comm().rank() == 0) got = std::move(run);
-        return absl::OkStatus();
-      }, o));
-    }
+    LocalGroupOptions o;
+    InstallDecisionHooks(o.model, {.follow = follow ? &fp32 : nullptr, .alter = flip, .record = &decided});
+    o.cpu_backend = [&] { return MakeFp16EmulationBackend(exact_ops); };
+    RETURN_IF_ERROR(RunLocalGroup(config, *store, tp, [&](Model& m) -> absl::Status {
+      ASSIGN_OR_RETURN(TeacherForced run, TeacherForcedRun(m, ids, prefill));
+      if (m.comm().rank() == 0) got = std::move(run);
+      return absl::OkStatus();
+    }, o));
     return got;
   };
   DecisionRecorder emulated_decisions;
