@@ -11,16 +11,17 @@ out=$2
 nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader,nounits -i 0 -lms 1000 \
     > "$out/full-size-gpu.csv" &
 sampler=$!
+tmp=$(mktemp)
 for spec in 1024:120 8192:240; do
   prompt=${spec%:*}
   start=$SECONDS
   echo "=== prompt $prompt, started $(date -u +%T)" >> "$out/full-size.log"
   timeout "${spec#*:}" "$packed/bin/q38-bench-model" --synthetic release --device cuda --tp 1 \
-      --prompt_tokens "$prompt" --decode_tokens 64 --repeats 3 > "$out/full-size.tmp" 2>&1
+      --prompt_tokens "$prompt" --decode_tokens 64 --repeats 3 > "$tmp" 2>&1
   rc=$?
-  cat "$out/full-size.tmp" >> "$out/full-size.log"
-  echo "full size TP1, prompt $prompt (synthetic, rc $rc, $((SECONDS - start)) s): $(grep -E '^[0-9]' "$out/full-size.tmp")"
+  cat "$tmp" >> "$out/full-size.log"
+  echo "full size TP1, prompt $prompt (synthetic, rc $rc, $((SECONDS - start)) s): $(grep -E '^[0-9]' "$tmp")"
 done
 kill $sampler 2>/dev/null
-rm -f "$out/full-size.tmp"
+rm -f "$tmp"
 echo "peak device memory $(cut -d, -f2 "$out/full-size-gpu.csv" | sort -n | tail -1) MiB"

@@ -104,12 +104,14 @@ Decisions DecisionRecorder::decisions() const {
 void InstallDecisionHooks(ModelOptions& options, const DecisionHooks& hooks) {
   // Each rank's model holds its own copy of the hooks: the reference is copied in, read only.
   std::shared_ptr<const Decisions> follow = hooks.follow ? std::make_shared<Decisions>(*hooks.follow) : nullptr;
-  options.routing = [follow, alter = hooks.alter, record = hooks.record](Routing& r) {
+  options.routing = [follow, alter = hooks.alter, record = hooks.record, own = hooks.own](Routing& r) {
+    if (own) own->Record(r);
     if (follow) Follow(*follow, r);
     if (alter) alter(r);
     if (record) record->Record(r);
   };
-  options.selection = [follow, record = hooks.record](Selection& s) {
+  options.selection = [follow, record = hooks.record, own = hooks.own](Selection& s) {
+    if (own) own->Record(s);
     if (follow) Follow(*follow, s);
     if (record) record->Record(s);
   };
@@ -163,6 +165,28 @@ FirstDifference FirstDecisionDifference(const Decisions& got, const Decisions& r
 std::string Describe(const FirstDifference& f) {
   if (!f.found) return "nowhere";
   return f.routing ? ExpertsAt(f.key, f.reference) : BlocksAt(f.key);
+}
+
+float WidestGapTakenOtherwise(const Decisions& got, const Decisions& reference) {
+  float widest = 0;
+  for (const auto& [key, d] : got.routes) {
+    auto it = reference.routes.find(key);
+    if (it != reference.routes.end() && it->second.chosen != d.chosen) {
+      widest = std::max(widest, it->second.gap_in_fp16_ulps());
+    }
+  }
+  return widest;
+}
+
+absl::StatusOr<DecidingAlike> TeacherForcedDecidingAs(const Decisions& taken, const ModelConfig& config,
+                                                      const TensorStore& store, Backend& backend,
+                                                      const std::vector<int32_t>& ids, int64_t prefill) {
+  DecisionRecorder own;
+  ModelOptions options;
+  InstallDecisionHooks(options, {.follow = &taken, .own = &own});
+  absl::StatusOr<TeacherForced> run = TeacherForcedOnBackend(config, store, backend, ids, prefill, options);
+  if (!run.ok()) return run.status();
+  return DecidingAlike{std::move(*run), own.decisions()};
 }
 
 std::vector<std::pair<DecisionKey, RouteDecision>> ClosestCalls(const Decisions& d, size_t n) {

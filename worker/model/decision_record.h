@@ -14,6 +14,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "worker/checkpoint/tensor_store.h"
+#include "worker/model/agreement.h"
 #include "worker/model/qwen4_exp.h"
 
 namespace q38 {
@@ -47,14 +50,16 @@ class DecisionRecorder {
   Decisions decisions_;
 };
 
-// What a run's decision hooks do, in this order: take `follow`'s decision wherever the run would
-// decide otherwise (experts weighted by the run's own router logits: the router's softmax
-// renormalized over them), so that it differs from `follow`'s run only by its arithmetic; apply
-// `alter` to each routing (FlipToRunnerUp); record what the run then decides.
+// What a run's decision hooks do, in this order: record in `own` what the run itself would
+// decide; take `follow`'s decision wherever the run would decide otherwise (experts weighted by
+// the run's own router logits: the router's softmax renormalized over them), so that it differs
+// from `follow`'s run only by its arithmetic; apply `alter` to each routing (FlipToRunnerUp);
+// record in `record` what the run then decides.
 struct DecisionHooks {
   const Decisions* follow = nullptr;
   std::function<void(Routing&)> alter;
   DecisionRecorder* record = nullptr;
+  DecisionRecorder* own = nullptr;
 };
 
 // Sets options.routing and options.selection to the hooks.
@@ -82,6 +87,23 @@ struct FirstDifference {
 FirstDifference FirstDecisionDifference(const Decisions& got, const Decisions& reference);
 // As DecisionDifferences names it, or "nowhere".
 std::string Describe(const FirstDifference& f);
+
+// Of the routing decisions `got` takes otherwise than the reference, the one whose reference gap
+// is widest, in FP16 spacings (0 where none differs). With a reference that followed `got`'s
+// decisions and kept its own in DecisionHooks::own, every decision compared was taken from the
+// same state, so each must have been a near tie, not only the first.
+float WidestGapTakenOtherwise(const Decisions& got, const Decisions& reference);
+
+// A teacher-forced run on one rank of `backend` (TeacherForcedOnBackend) that takes `taken`'s
+// decisions, and what it would have decided itself at each of them: the reference a run that
+// decided freely is judged against by its arithmetic alone.
+struct DecidingAlike {
+  TeacherForced run;
+  Decisions own;
+};
+absl::StatusOr<DecidingAlike> TeacherForcedDecidingAs(const Decisions& taken, const ModelConfig& config,
+                                                      const TensorStore& store, Backend& backend,
+                                                      const std::vector<int32_t>& ids, int64_t prefill);
 
 // The n routing decisions nearest a tie, closest first.
 std::vector<std::pair<DecisionKey, RouteDecision>> ClosestCalls(const Decisions& d, size_t n);

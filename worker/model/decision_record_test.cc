@@ -81,8 +81,8 @@ TEST(DecisionRecord, HooksTakeTheReferencesDecisionsWhereTheyDiffer) {
   other.blocks[3] = 2;  // position 8 read blocks 2 and 1
   const Decisions reference = Recorded(flipped, other);
   ModelOptions o;
-  DecisionRecorder rec;
-  InstallDecisionHooks(o, {.follow = &reference, .record = &rec});
+  DecisionRecorder rec, own;
+  InstallDecisionHooks(o, {.follow = &reference, .record = &rec, .own = &own});
   Routing r = TwoTokens();
   r.logits[3] = 1.5f;  // this run's own logit for expert 3
   o.routing(r);
@@ -97,6 +97,13 @@ TEST(DecisionRecord, HooksTakeTheReferencesDecisionsWhereTheyDiffer) {
   o.selection(s);
   EXPECT_EQ(s.blocks, other.blocks);
   EXPECT_EQ(DecisionDifferences(rec.decisions(), reference), "");  // recorded after following
+  // `own` holds what the run would have decided: experts 1 and 2, 2 leading 3 by 0.5 (256
+  // spacings at 2), and the blocks it would have read.
+  const Decisions mine = own.decisions();
+  EXPECT_EQ(mine.routes.at({2, 7}).chosen, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(mine.selections.at({3, 8}), (std::vector<int32_t>{0, 1, -1}));
+  EXPECT_EQ(WidestGapTakenOtherwise(rec.decisions(), mine), 256.0f);
+  EXPECT_EQ(WidestGapTakenOtherwise(mine, mine), 0.0f);
   Routing elsewhere = TwoTokens();
   elsewhere.first_position = 30;  // positions the reference never decided: left alone
   o.routing(elsewhere);

@@ -1,10 +1,11 @@
 // The whole model on GPUs against the CPU FP32 reference, on the tiny geometry and the trained
 // small model: teacher-forced over 600 positions (a prefill, then token-by-token decode), at TP1
-// and TP2 (over NCCL on two GPUs, or through host memory on one). Each configuration runs twice:
-// free, as served (through the decode graph where the collectives allow one), and eagerly with
-// every discrete decision (MoE routing, indexer block selection) taken as FP32 took it. A near
-// tie is decided by rounding, and one expert or block taken otherwise moves every later position
-// (docs/precision.md); the aligned run measures the arithmetic alone. Both carry the same bars.
+// and TP2 (over NCCL on two GPUs, or through host memory on one). Each configuration runs twice,
+// eagerly so that its discrete decisions (MoE routing, indexer block selection) can be seen: free,
+// as served, and with every decision taken as FP32 took it. A near tie is decided by rounding, and
+// one expert or block taken otherwise moves every later position (docs/precision.md), so the
+// arithmetic is judged where the decisions agree: the aligned run against FP32, the free run
+// against FP32 made to take the free run's decisions, each of which must have been a near tie.
 // Also: the ranks' replicated state bitwise equal at TP2, and the decode graph's replays bitwise
 // equal to eager execution. Skipped where no GPU (or, for TP2 over NCCL, no second GPU) is
 // visible.
@@ -44,9 +45,11 @@ constexpr int64_t kPositions = 600, kPrefill = 64;
 
 // A routing decision FP16 arithmetic may take either way: the reference's k-th and (k+1)-th
 // router logits this many FP16 spacings apart or fewer. The contract's own emulation first
-// decides otherwise at up to 7 (tiny seeds 1, 2 and 7; docs/precision.md); a wrong kernel moves
-// logits by far more.
-constexpr float kNearTieUlps = 32;
+// decides otherwise than FP32 at up to 7 (tiny seeds 1, 2 and 7), and at up to 43 where it
+// decides otherwise than FP32 would in the same state anywhere along the probe (tiny seeds 1-5
+// and 7, dense and sparse, TP1 and TP2; docs/precision.md); a wrong kernel moves logits by far
+// more.
+constexpr float kFirstTieUlps = 32, kTieUlps = 64;
 
 // The cases: the tiny random checkpoint with its own indexer budget (16 tokens, sparse selection
 // from position 19 on) and with one that keeps all 600 positions dense; and the trained small
@@ -175,68 +178,88 @@ class TinyOnGpu : public ::testing::Test {
     return fp32;
   }
 
-  // Prints where an eager free run decided otherwise than FP32, and checks that the first decision
-  // it took otherwise, if a routing one, was a near tie: everything after it may follow from it.
-  // (Block selections keep no gap; a kernel that chose wrong blocks fails attention_cuda_test.)
-  static void ReportDecisions(const std::string& what, const Reference& ref, const DecisionRecorder& recorded) {
-    const Decisions d = recorded.decisions();
-    const std::string differences = DecisionDifferences(d, ref.fp32_decisions);
+  // Judges a free run by its arithmetic alone. Prints where it decided otherwise than FP32; the
+  // first such decision, if a routing one, must have been a near tie, and so must every one that
+  // FP32 made to take the run's decisions would itself have taken otherwise in the same state.
+  // Returns the run's agreement with that FP32 run. (Block selections keep no gap; a kernel that
+  // chose wrong blocks fails attention_cuda_test.)
+  static Agreement JudgeFreeRun(const std::string& what, const Reference& ref, const std::vector<float>& logits,
+                                const Decisions& taken) {
+    const std::string differences = DecisionDifferences(taken, ref.fp32_decisions);
     std::printf("%s, GPU decides otherwise than FP32: %s\n", what.c_str(),
                 differences.empty() ? "nowhere" : differences.c_str());
-    const FirstDifference first = FirstDecisionDifference(d, ref.fp32_decisions);
+    const FirstDifference first = FirstDecisionDifference(taken, ref.fp32_decisions);
     if (first.found && first.routing) {
-      EXPECT_LE(first.reference.gap_in_fp16_ulps(), kNearTieUlps)
+      EXPECT_LE(first.reference.gap_in_fp16_ulps(), kFirstTieUlps)
           << what << ": the first decision taken otherwise than FP32 was no near tie: " << Describe(first);
     }
+    auto cpu = MakeCpuBackend();
+    const absl::StatusOr<DecidingAlike> alike = TeacherForcedDecidingAs(
+        taken, ref.config, *ref.store, *cpu, ProbeSequence(kPositions, ref.config), kPrefill);
+    EXPECT_TRUE(alike.ok()) << alike.status();
+    if (!alike.ok()) return {};
+    const float widest = WidestGapTakenOtherwise(taken, alike->own);
+    std::printf("%s, GPU decides otherwise than FP32 would in the same state: widest gap %.1f FP16 ulps\n",
+                what.c_str(), widest);
+    EXPECT_LE(widest, kTieUlps) << what << ": a decision FP32 would have taken otherwise was no near tie";
+    const int64_t V = ref.config.vocab_size;
+    const Agreement got = CompareLogits(logits, alike->run.logits, V);
+    std::printf("%s against FP32 deciding alike: %s\n", what.c_str(), Describe(got).c_str());
+    std::printf("%s against FP32 deciding alike along the probe: %s\n", what.c_str(),
+                ErrorAlongPositions(logits, alike->run.logits, V, 6).c_str());
+    return got;
   }
 
-  // The trained model carries issue 5's target: ≥ 99% top-1 agreement with the FP32 reference
-  // over ≥ 512 positions, and final logits within 2e-2 of it. No implementation of the FP16
-  // contract reaches that reliably on the random tiny model: its expert and block choices flip
-  // under any rounding, and the contract's own CPU emulation stops at 96–98% with final errors up
-  // to 7.8e-2 (docs/precision.md, six seeds). There the GPU must pay no more than the contract
-  // costs (`contract`, run the same way): top-1 within 2 points of the emulation's (the spread two
-  // implementations of the contract show over 600 positions) and a p90 logits error within 1.5×
-  // of it. Deciding as FP32, the tiny model must also meet 99% over the positions whose reference
-  // margin exceeds 1% (the emulation: 100%) and final logits within 2e-2.
-  static void ExpectBars(const std::string& what, Case c, const Agreement& got, const Reference& ref,
-                         const TeacherForced& contract, bool deciding_as_fp32) {
+  // Where the GPU and its reference decided alike (the run deciding as FP32, and a free run against
+  // FP32 deciding as it did): the trained model carries issue 5's target, ≥ 99% top-1 agreement
+  // over ≥ 512 positions and final logits within 2e-2. The random tiny model's top two logits
+  // are often nearly tied, so there the contract's own emulation, deciding as FP32, stops at
+  // 99.0–99.7% top-1 over all positions; the GPU must meet 99% over the positions whose reference
+  // margin exceeds 1% (the emulation: 100%) and final logits within 2e-2, and pay no more than the
+  // emulation does (`contract_aligned`): top-1 within 2 points of its (the spread two
+  // implementations of the contract show over 600 positions), p90 logits error within 1.5×.
+  static void ExpectAlikeBars(const std::string& what, Case c, const Agreement& got, const Reference& ref) {
     if (c == Case::kTrained) {
       EXPECT_GE(got.top1, 0.99) << what;
       EXPECT_LE(got.final_rel_error, 2e-2) << what;
       return;
     }
-    const Agreement emulated = CompareLogits(contract.logits, ref.fp32.logits, ref.config.vocab_size);
+    const Agreement emulated = CompareLogits(ref.contract_aligned.logits, ref.fp32.logits, ref.config.vocab_size);
+    EXPECT_GE(got.top1_decided, 0.99) << what;
+    EXPECT_LE(got.final_rel_error, 2e-2) << what;
     EXPECT_GE(got.top1, emulated.top1 - 0.02) << what;
     EXPECT_LE(got.p90_rel_error, 1.5 * emulated.p90_rel_error) << what;
-    if (deciding_as_fp32) {
-      EXPECT_GE(got.top1_decided, 0.99) << what;
-      EXPECT_LE(got.final_rel_error, 2e-2) << what;
+  }
+
+  // A free run against FP32 itself, whose decisions it may take otherwise at near ties: no more
+  // than the free emulation loses, top-1 within 2 points of its. On the tiny model also a p90
+  // logits error within 1.5× of its; on the trained one the p90 is set by whether one near tie
+  // went the other way (1.6e-3 without, 1.9e-2 with: docs/precision.md), which no implementation
+  // of the contract controls.
+  static void ExpectFreeBars(const std::string& what, Case c, const Agreement& got, const Reference& ref) {
+    const Agreement emulated = CompareLogits(ref.contract.logits, ref.fp32.logits, ref.config.vocab_size);
+    EXPECT_GE(got.top1, emulated.top1 - 0.02) << what;
+    if (c != Case::kTrained) {
+      EXPECT_LE(got.p90_rel_error, 1.5 * emulated.p90_rel_error) << what;
     }
   }
 
-  // Every configuration runs free, as served, and deciding as FP32 (eagerly); both must meet the
-  // bars. A free run that fails them where the aligned one passes has paid for a near tie its
-  // rounding decided (docs/precision.md); the decisions it took otherwise are printed where it
-  // runs eagerly.
+  // Every configuration runs free, as served but eagerly (DecodeGraphReplaysEqualEagerSteps ties
+  // the graph to it bitwise), and deciding as FP32.
   static void ExpectAgreement(int tp, const std::string& comm = "nccl") {
     // The trained model first: a rerun under a slow checker (scripts/gpu-run.sh) reaches it.
     for (Case c : {Case::kTrained, Case::kTinyDense, Case::kTinySparse}) {
       const Reference& ref = ReferenceFor(c);
       const std::string what = "TP" + std::to_string(tp) + (comm == "host" ? " on one GPU " : " ") + Name(c);
-      // Through host memory the collectives cannot be recorded in a graph: that free run is eager
-      // too, and shows where the GPU decides otherwise than FP32 (TP1's eager run shows it in
-      // DecodeGraphReplaysEqualEagerSteps).
       DecisionRecorder decisions;
-      const bool eager = comm == "host";
-      const Agreement free = Report(what, ref, OnGpus(ref, {tp, comm, !eager, eager ? &decisions : nullptr}),
-                                    ref.contract);
-      if (eager) ReportDecisions(what, ref, decisions);
-      ExpectBars(what, c, free, ref, ref.contract, false);
+      const std::vector<TeacherForced> free = OnGpus(ref, {tp, comm, false, &decisions});
+      ExpectFreeBars(what, c, Report(what, ref, free, ref.contract), ref);
+      ExpectAlikeBars(what + " against FP32 deciding alike", c,
+                      JudgeFreeRun(what, ref, free[0].logits, decisions.decisions()), ref);
       const std::string aligned_what = what + " deciding as FP32";
       const Agreement aligned =
           Report(aligned_what, ref, OnGpus(ref, {tp, comm, false, nullptr, &ref.fp32_decisions}), ref.contract_aligned);
-      ExpectBars(aligned_what, c, aligned, ref, ref.contract_aligned, true);
+      ExpectAlikeBars(aligned_what, c, aligned, ref);
     }
   }
 };
@@ -263,16 +286,16 @@ TEST_F(TinyOnGpu, DecodeGraphReplaysEqualEagerSteps) {
   if (Gpus() < 1) GTEST_SKIP() << "no GPU";
   // Same inputs, graph against eager, 536 decode steps; OnGpus poisons each step's output
   // buffer after reading it, so a replay that did not rewrite it would show NaN. The eager run
-  // records its decisions through the hooks, which must leave it as it was. At TP2 over NCCL
-  // (two GPUs) the same ties the free graph runs to eager ones, all-reduces included.
+  // records its decisions through the hooks, which must leave it as it was. This ties the graph,
+  // as served, to the eager free runs the agreement tests judge; at TP2 over NCCL (two GPUs)
+  // all-reduces included.
   for (int tp = 1; tp <= std::min(Gpus(), 2); ++tp) {
-    for (Case c : {Case::kTinySparse, Case::kTrained}) {
+    for (Case c : {Case::kTrained, Case::kTinyDense, Case::kTinySparse}) {
       const Reference& ref = ReferenceFor(c);
       const std::string what = "TP" + std::to_string(tp) + " " + Name(c);
       DecisionRecorder decisions;
       const std::vector<float> graph = OnGpus(ref, {tp, "nccl", true})[0].logits;
       const std::vector<float> eager = OnGpus(ref, {tp, "nccl", false, &decisions})[0].logits;
-      ReportDecisions(what, ref, decisions);
       ASSERT_EQ(graph.size(), eager.size()) << what;
       int64_t differing = 0;
       for (size_t i = 0; i < graph.size(); ++i) differing += std::memcmp(&graph[i], &eager[i], sizeof(float)) != 0;

@@ -121,6 +121,14 @@ absl::Status Main() {
             << what << " decides otherwise than FP32: " << (differences.empty() ? "nowhere" : differences) << "\n"
             << what << " first decides otherwise than FP32: " << Describe(FirstDecisionDifference(emulated, fp32))
             << "\n";
+  // The emulated run's arithmetic alone: against FP32 made to take its decisions, and how near a tie
+  // each of them was where FP32, in the same state, would have decided otherwise.
+  ASSIGN_OR_RETURN(const DecidingAlike alike,
+                   TeacherForcedDecidingAs(emulated, config, *store, *cpu, ids, prefill));
+  std::cout << what << " against FP32 deciding alike: "
+            << Describe(CompareLogits(all.logits, alike.run.logits, config.vocab_size)) << "\n"
+            << what << " decides otherwise than FP32 would in the same state: "
+            << absl::StrFormat("widest gap %.1f FP16 ulps", WidestGapTakenOtherwise(emulated, alike.own)) << "\n";
   if (!absl::GetFlag(FLAGS_sweep)) return absl::OkStatus();
   std::cout << "only this op rounded          top-1    decided  median err  p90 err\n";
   for (const std::string& op : ops) {
