@@ -24,6 +24,8 @@ class Buffer {
   const Tensor& t() const { return view_; }
   Tensor& t() { return view_; }
   explicit operator bool() const { return view_.data != nullptr || view_.numel() == 0; }
+  // Another view into this buffer's memory (a part of it), which keeps the memory alive too.
+  Buffer View(Tensor view) const { return Buffer(std::move(view), storage_); }
 
  private:
   Tensor view_;

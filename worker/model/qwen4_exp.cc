@@ -32,7 +32,7 @@ SequenceState Model::NewSequence(int64_t capacity) const {
       s.attention[i].pooled = b.Alloc(act, {blocks, c.indexer_head_dim});
     } else {
       const int64_t hv = l.gdn.a_log.t().numel();
-      s.gdn[i].conv = b.Alloc(act, {c.conv_kernel - 1, l.gdn.qkv.t().dim(0)});
+      s.gdn[i].conv = b.Alloc(act, {c.conv_kernel - 1, l.gdn.conv.t().dim(0)});
       s.gdn[i].recurrent = b.Alloc(DType::kF32, {hv, c.gdn_key_dim, c.gdn_value_dim});
     }
   }
@@ -81,14 +81,33 @@ void Model::HyperConnection(const HcWeights& w, const Tensor& X, Buffer& h, Buff
   backend_.HcCombine(m.t(), xn.t(), h.t());
 }
 
+std::vector<Buffer> Model::Project(const Tensor& h, const StackedProjection& w) {
+  const int64_t T = h.dim(0);
+  std::vector<Buffer> parts;
+  int64_t at = 0;
+  if (T == 1) {
+    const int64_t N = w.weight.t().dim(0);
+    Buffer all = Act({1, N});
+    backend_.Linear(h, w.weight.t(), all.t());
+    for (int64_t n : w.rows) {
+      parts.push_back(all.View(all.t().Reshaped({N}).Rows(at, n).Reshaped({1, n})));
+      at += n;
+    }
+    return parts;
+  }
+  for (int64_t n : w.rows) {
+    parts.push_back(Act({T, n}));
+    backend_.Linear(h, w.weight.t().Rows(at, n), parts.back().t());
+    at += n;
+  }
+  return parts;
+}
+
 Buffer Model::GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState::Gdn& s) {
   const int64_t T = h.dim(0);
-  const int64_t C = w.qkv.t().dim(0), Dv = w.z.t().dim(0), Hv = w.a.t().dim(0);
-  Buffer qkv = Act({T, C}), z = Act({T, Dv}), b = Act({T, Hv}), a = Act({T, Hv});
-  backend_.Linear(h, w.qkv.t(), qkv.t());
-  backend_.Linear(h, w.z.t(), z.t());
-  backend_.Linear(h, w.b.t(), b.t());
-  backend_.Linear(h, w.a.t(), a.t());
+  std::vector<Buffer> in = Project(h, w.in);
+  const Buffer &qkv = in[0], &z = in[1], &b = in[2], &a = in[3];
+  const int64_t C = qkv.t().dim(1), Dv = z.t().dim(1), Hv = a.t().dim(1);
   Buffer xc = Act({T, C});
   backend_.CausalConv(qkv.t(), w.conv.t(), s.conv.t(), xc.t(), /*dilation=*/1);
   // The gates stay FP32 on every backend: the decay exp(g) compounds over the whole sequence.
@@ -109,11 +128,12 @@ Buffer Model::Attention(const AttentionWeights& w, const Tensor& h, const Tensor
   const ModelConfig& c = config_;
   const int64_t T = h.dim(0), dh = c.head_dim, Hq = w.q_heads, Hkv = w.kv_heads;
   const int64_t Hi = c.indexer_heads, di = c.indexer_head_dim, ratio = c.indexer_compress_ratio;
-  Buffer q = Act({T, Hq, dh}), gate = Act({T, Hq * dh}), k = Act({T, Hkv, dh}), v = Act({T, Hkv, dh});
-  backend_.Linear(h, w.q.t(), q.t());
-  backend_.Linear(h, w.gate.t(), gate.t());
-  backend_.Linear(h, w.k.t(), k.t());
-  backend_.Linear(h, w.v.t(), v.t());
+  std::vector<Buffer> in = Project(h, w.in);
+  Buffer &q = in[0], &gate = in[1], &k = in[2], &v = in[3], &iq = in[4], &raw = in[5];
+  q.t() = q.t().Reshaped({T, Hq, dh});
+  k.t() = k.t().Reshaped({T, Hkv, dh});
+  v.t() = v.t().Reshaped({T, Hkv, dh});
+  iq.t() = iq.t().Reshaped({T, Hi, di});
   backend_.WriteRows(v.t(), s.v.t(), positions);  // V is cached raw
   backend_.RmsNorm(q.t(), w.q_norm.t(), q.t(), dh, true, eps_);
   backend_.RmsNorm(k.t(), w.k_norm.t(), k.t(), dh, true, eps_);
@@ -122,12 +142,8 @@ Buffer Model::Attention(const AttentionWeights& w, const Tensor& h, const Tensor
   backend_.WriteRows(k.t(), s.k.t(), positions);
 
   // QSA indexer: cache this chunk's raw keys, pool the blocks it completes, select per query.
-  Buffer iq = Act({T, Hi, di});
-  backend_.Linear(h, w.index_q.t(), iq.t());
   backend_.RmsNorm(iq.t(), w.index_q_norm.t(), iq.t(), di, true, eps_);
   backend_.Rope(iq.t(), positions, c.rotary_dim, c.rope_theta);
-  Buffer raw = Act({T, di});
-  backend_.Linear(h, w.index_k.t(), raw.t());
   backend_.WriteRows(raw.t(), s.raw_keys.t(), positions);
   backend_.IndexerPoolBlocks(s.raw_keys.t(), w.index_k_norm.t(), s.pooled.t(), positions, ratio, eps_, c.rotary_dim,
                              c.rope_theta);
@@ -153,8 +169,8 @@ Buffer Model::Attention(const AttentionWeights& w, const Tensor& h, const Tensor
 Buffer Model::Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t position) {
   const ModelConfig& c = config_;
   const int64_t T = h.dim(0), k = c.experts_per_token, E = c.num_experts, Isl = w.shared_down.t().dim(1);
-  Buffer logits = Act({T, E});
-  backend_.Linear(h, w.router.t(), logits.t());
+  std::vector<Buffer> in = Project(h, w.in);
+  const Buffer &logits = in[0], &gu = in[1], &sg = in[2];
   Buffer idx = backend_.Alloc(DType::kI32, {T, k}), weights = Act({T, k});
   backend_.RouterTopK(logits.t(), idx.t(), weights.t());
   if (options_.routing) {
@@ -174,11 +190,9 @@ Buffer Model::Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t posit
   }
   Buffer out = Act({T, c.hidden_size});
   backend_.RoutedExperts(h, idx.t(), weights.t(), w.experts, out.t());
-  Buffer gu = Act({T, 2 * Isl}), act = Act({T, Isl}), shared = Act({T, c.hidden_size}), sg = Act({T, 1});
-  backend_.Linear(h, w.shared_gate_up.t(), gu.t());
+  Buffer act = Act({T, Isl}), shared = Act({T, c.hidden_size});
   backend_.SiluMul(gu.t(), act.t());
   backend_.Linear(act.t(), w.shared_down.t(), shared.t());
-  backend_.Linear(h, w.shared_gate.t(), sg.t());
   backend_.AddSigmoidGated(out.t(), shared.t(), sg.t());
   return out;
 }

@@ -117,6 +117,10 @@ class Model {
   absl::StatusOr<Buffer> Step(int64_t T, const StepInputs& in, SequenceState& state, int64_t keep);
   // Runs a hyper-connection module: h [T, H] and, with inject, gains g [T, S].
   void HyperConnection(const HcWeights& w, const Tensor& X, Buffer& h, Buffer* g);
+  // Every part of a stacked projection of h, each [T, rows]. A one-token step runs one GEMV over
+  // the stack and takes each part as a view of its output; more tokens run one product per part,
+  // since a part of a T-row output would not be contiguous.
+  std::vector<Buffer> Project(const Tensor& h, const StackedProjection& w);
   Buffer GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState::Gdn& s);
   // layer and position (the step's first token's) name the decisions ModelOptions' hooks see.
   Buffer Attention(const AttentionWeights& w, const Tensor& h, const Tensor& positions, SequenceState::Attention& s,

@@ -197,6 +197,24 @@ absl::StatusOr<HcWeights> LoadHc(Loader& L, const ModelConfig& c, const std::str
   return hc;
 }
 
+// Projections of one input, each [rows, K], stacked in order into one matrix.
+StackedProjection Stack(Backend& backend, const std::vector<Buffer>& parts) {
+  StackedProjection s;
+  int64_t total = 0;
+  for (const Buffer& p : parts) {
+    s.rows.push_back(p.t().dim(0));
+    total += p.t().dim(0);
+  }
+  s.weight = backend.Alloc(parts.front().t().dtype, {total, parts.front().t().dim(1)});
+  int64_t at = 0;
+  for (const Buffer& p : parts) {
+    Tensor rows = s.weight.t().Rows(at, p.t().dim(0));
+    backend.Copy(p.t(), rows);
+    at += p.t().dim(0);
+  }
+  return s;
+}
+
 absl::StatusOr<GdnWeights> LoadGdn(Loader& L, const ModelConfig& c, const std::string& p, const ShardSpec& s) {
   RETURN_IF_ERROR(Divisible(c.gdn_key_heads, s.world, "linear_num_key_heads"));
   RETURN_IF_ERROR(Divisible(c.gdn_value_heads, s.world, "linear_num_value_heads"));
@@ -209,10 +227,11 @@ absl::StatusOr<GdnWeights> LoadGdn(Loader& L, const ModelConfig& c, const std::s
   const Ranges heads = {{s.rank * hv, hv}};
   GdnWeights g;
   g.key_heads = hk;
-  ASSIGN_OR_RETURN(g.qkv, L.Dense(p + "in_proj_qkv.weight", {C, H}, qkv_rows));
-  ASSIGN_OR_RETURN(g.z, L.Dense(p + "in_proj_z.weight", {Dv, H}, v_rows));
-  ASSIGN_OR_RETURN(g.b, L.Dense(p + "in_proj_b.weight", {c.gdn_value_heads, H}, heads));
-  ASSIGN_OR_RETURN(g.a, L.Dense(p + "in_proj_a.weight", {c.gdn_value_heads, H}, heads));
+  ASSIGN_OR_RETURN(Buffer qkv, L.Dense(p + "in_proj_qkv.weight", {C, H}, qkv_rows));
+  ASSIGN_OR_RETURN(Buffer z, L.Dense(p + "in_proj_z.weight", {Dv, H}, v_rows));
+  ASSIGN_OR_RETURN(Buffer b, L.Dense(p + "in_proj_b.weight", {c.gdn_value_heads, H}, heads));
+  ASSIGN_OR_RETURN(Buffer a, L.Dense(p + "in_proj_a.weight", {c.gdn_value_heads, H}, heads));
+  g.in = Stack(L.backend(), {qkv, z, b, a});
   ASSIGN_OR_RETURN(g.conv, L.Dense(p + "conv1d.weight", {C, 1, c.conv_kernel}, qkv_rows));
   g.conv.t().shape = {g.conv.t().dim(0), c.conv_kernel};
   ASSIGN_OR_RETURN(g.a_log, L.DenseF32(p + "A_log", {c.gdn_value_heads}, heads));
@@ -241,15 +260,16 @@ absl::StatusOr<AttentionWeights> LoadAttention(Loader& L, const ModelConfig& c, 
   AttentionWeights a;
   a.q_heads = hq;
   a.kv_heads = hkv;
-  ASSIGN_OR_RETURN(a.q, L.Dense(p + "q_proj.weight", {Q, H}, q_rows));
-  ASSIGN_OR_RETURN(a.gate, L.Dense(p + "q_proj.weight", {Q, H}, gate_rows));
-  ASSIGN_OR_RETURN(a.k, L.Dense(p + "k_proj.weight", {KV, H}, {{kv0 * dh, hkv * dh}}));
-  ASSIGN_OR_RETURN(a.v, L.Dense(p + "v_proj.weight", {KV, H}, {{kv0 * dh, hkv * dh}}));
+  ASSIGN_OR_RETURN(Buffer q, L.Dense(p + "q_proj.weight", {Q, H}, q_rows));
+  ASSIGN_OR_RETURN(Buffer gate, L.Dense(p + "q_proj.weight", {Q, H}, gate_rows));
+  ASSIGN_OR_RETURN(Buffer k, L.Dense(p + "k_proj.weight", {KV, H}, {{kv0 * dh, hkv * dh}}));
+  ASSIGN_OR_RETURN(Buffer v, L.Dense(p + "v_proj.weight", {KV, H}, {{kv0 * dh, hkv * dh}}));
+  ASSIGN_OR_RETURN(Buffer index_q, L.Dense(p + "indexer.index_qk_proj.weight", {(Hi + 1) * di, H}, {{0, Hi * di}}));
+  ASSIGN_OR_RETURN(Buffer index_k, L.Dense(p + "indexer.index_qk_proj.weight", {(Hi + 1) * di, H}, {{Hi * di, di}}));
+  a.in = Stack(L.backend(), {q, gate, k, v, index_q, index_k});
   ASSIGN_OR_RETURN(a.o, L.Dense(p + "o_proj.weight", {H, int64_t{c.num_heads} * dh}, {}, {s.rank * hq * dh, hq * dh}));
   ASSIGN_OR_RETURN(a.q_norm, L.Full(p + "q_norm.weight", {dh}));
   ASSIGN_OR_RETURN(a.k_norm, L.Full(p + "k_norm.weight", {dh}));
-  ASSIGN_OR_RETURN(a.index_q, L.Dense(p + "indexer.index_qk_proj.weight", {(Hi + 1) * di, H}, {{0, Hi * di}}));
-  ASSIGN_OR_RETURN(a.index_k, L.Dense(p + "indexer.index_qk_proj.weight", {(Hi + 1) * di, H}, {{Hi * di, di}}));
   ASSIGN_OR_RETURN(a.index_q_norm, L.Full(p + "indexer.q_layernorm.weight", {di}));
   ASSIGN_OR_RETURN(a.index_k_norm, L.Full(p + "indexer.k_layernorm.weight", {di}));
   return a;
@@ -355,15 +375,12 @@ absl::StatusOr<MoeWeights> LoadMoe(Loader& L, const ModelConfig& c, const std::s
   RETURN_IF_ERROR(Divisible(c.shared_intermediate, s.world, "shared_expert_intermediate_size"));
   const int64_t H = c.hidden_size, Is = c.shared_intermediate, Isl = Is / s.world;
   MoeWeights m;
-  ASSIGN_OR_RETURN(m.router, L.Full(p + "gate.weight", {c.num_experts, H}));
-  ASSIGN_OR_RETURN(m.shared_gate, L.Full(p + "shared_expert_gate.weight", {1, H}));
-  // Gate rows then up rows of this rank, stacked so one projection feeds SiluMul.
+  ASSIGN_OR_RETURN(Buffer router, L.Full(p + "gate.weight", {c.num_experts, H}));
+  ASSIGN_OR_RETURN(Buffer shared_gate, L.Full(p + "shared_expert_gate.weight", {1, H}));
+  // Gate rows then up rows of this rank, one part, so that one output feeds SiluMul.
   ASSIGN_OR_RETURN(Buffer gate, L.Dense(p + "shared_expert.gate_proj.weight", {Is, H}, {{s.rank * Isl, Isl}}));
   ASSIGN_OR_RETURN(Buffer up, L.Dense(p + "shared_expert.up_proj.weight", {Is, H}, {{s.rank * Isl, Isl}}));
-  m.shared_gate_up = L.backend().Alloc(gate.t().dtype, {2 * Isl, H});
-  Tensor top = m.shared_gate_up.t().Rows(0, Isl), bottom = m.shared_gate_up.t().Rows(Isl, Isl);
-  L.backend().Copy(gate.t(), top);
-  L.backend().Copy(up.t(), bottom);
+  m.in = Stack(L.backend(), {router, Stack(L.backend(), {gate, up}).weight, shared_gate});
   ASSIGN_OR_RETURN(m.shared_down, L.Dense(p + "shared_expert.down_proj.weight", {H, Is}, {}, {s.rank * Isl, Isl}));
   if (nvfp4) {
     ASSIGN_OR_RETURN(m.experts, LoadNvfp4Experts(L, c, p, s));

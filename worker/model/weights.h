@@ -27,8 +27,16 @@ struct HcWeights {
   Buffer up;           // [S·H, R]
 };
 
+// Projections of one input stacked row-wise, so that a one-token step reads them all in one
+// GEMV (Model::Project): part i is the `rows[i]` rows after the parts before it.
+struct StackedProjection {
+  Buffer weight;  // [Σ rows, K]
+  std::vector<int64_t> rows;
+};
+
 struct GdnWeights {
-  Buffer qkv, z, b, a;  // rows of this rank's heads: qkv [2·Hk·dk + Hv·dv, H]
+  // qkv [2·Hk·dk + Hv·dv], z [Hv·dv], b [Hv], a [Hv]: rows of this rank's heads, from [H]
+  StackedProjection in;
   Buffer conv;          // [channels, K]
   Buffer a_log, dt_bias;
   Buffer norm;          // [dv]
@@ -37,19 +45,19 @@ struct GdnWeights {
 };
 
 struct AttentionWeights {
-  Buffer q, gate;        // [Hq·dh, H] each, this rank's heads
-  Buffer k, v;           // [Hkv·dh, H], this rank's KV heads
+  // q, gate [Hq·dh] each (this rank's heads), k, v [Hkv·dh] (this rank's KV heads), and the
+  // replicated indexer's index_q [Hi·di] and index_k [di], from [H]
+  StackedProjection in;
   Buffer o;              // [H, Hq·dh]
   Buffer q_norm, k_norm;  // [dh]
-  Buffer index_q, index_k;  // replicated: [Hi·di, H], [di, H]
   Buffer index_q_norm, index_k_norm;  // [di]
   int64_t q_heads = 0, kv_heads = 0;
 };
 
 struct MoeWeights {
-  Buffer router;          // [E, H]
-  Buffer shared_gate;     // [1, H]
-  Buffer shared_gate_up;  // [2·Is, H] (gate rows, then up rows; this rank's slice of each)
+  // router [E], the shared expert's gate and up [2·Is] (gate rows, then up rows; this rank's
+  // slice of each), its sigmoid gate [1], from [H]
+  StackedProjection in;
   Buffer shared_down;     // [H, Is]
   ExpertWeights experts;
 };
