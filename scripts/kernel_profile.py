@@ -4,9 +4,12 @@ kernel and per model step: the kernels from the first step marker on (the weight
 is left out), divided by the number of markers, so each row is one step's share.
 
   scripts/kernel_profile.py PROFILE.csv --step_marker EmbedStreams [--top 25] [--period N --pick I]
+                            [--by_grid GemvKernel]
 
 With --period N, the steps are taken in runs of N and only the I-th of each run is kept: a
 prefill followed by a decode step, profiled twice, is --period 2 --pick 0 for the prefills.
+With --by_grid K, kernels whose name holds K get a row per grid size ("GemvKernel<1>[1280,1,1]"):
+one kernel serving many shapes (the GEMV) shows which of them the time goes to.
 """
 
 import argparse
@@ -26,7 +29,7 @@ def rows(path):
     for r in reader:
         t = r.get("gpu__time_duration.sum", "")
         if r.get("Kernel Name") and re.fullmatch(r"[0-9.]+", t.replace(",", "")):
-            yield r["Kernel Name"], float(t.replace(",", ""))  # ns with --print-units base
+            yield r["Kernel Name"], (r.get("Grid Size") or "").strip("()").replace(" ", ""), float(t.replace(",", ""))  # ns
 
 
 def short(name):
@@ -44,10 +47,12 @@ def main():
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--period", type=int, default=1, help="steps per run")
     ap.add_argument("--pick", type=int, default=0, help="the step of each run to keep, 0-based")
+    ap.add_argument("--by_grid", default="", help="a row per grid size for kernels whose name holds this")
     args = ap.parse_args()
     if not 0 <= args.pick < args.period:
         sys.exit("--pick must be in [0, --period)")
-    kernels = [(short(n), t) for n, t in rows(args.csv)]
+    kernels = [(f"{short(n)}[{g}]" if args.by_grid and args.by_grid in n and g else short(n), t)
+               for n, g, t in rows(args.csv)]
     first = next((i for i, (n, _) in enumerate(kernels) if args.step_marker in n), None)
     if first is None:
         sys.exit(f"no {args.step_marker} kernel among {len(kernels)}")

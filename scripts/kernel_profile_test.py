@@ -15,15 +15,15 @@ import kernel_profile  # noqa: E402
 CSV = """==PROF== Connected to process 1 (q38-bench-model)
 TP  prefill tok/s (median)  decode tok/s (median)  TPOT ms
 ==PROF== Disconnected from process 1
-"ID","Process ID","Kernel Name","gpu__time_duration.sum"
-"","","","ns"
-"0","1","q38::cuda::unnamed>::FillRandomKernel(void *, RandomKind, unsigned long, float, long)","900000"
-"1","1","q38::cuda::unnamed>::EmbedStreamsKernel(const __half *, const int *, float *, long, long, long)","2000"
-"2","1","void q38::cuda::unnamed>::GateUpKernel<q38::cuda::unnamed>::Nvfp4Rows>(const __half *, T1)","30,000"
-"3","1","void q38::cuda::unnamed>::GemvKernel<true>(const __half *, const __half *, __half *, int, long, long)","8000"
-"4","1","q38::cuda::unnamed>::EmbedStreamsKernel(const __half *, const int *, float *, long, long, long)","2000"
-"5","1","void q38::cuda::unnamed>::GateUpKernel<q38::cuda::unnamed>::Nvfp4Rows>(const __half *, T1)","10000"
-"6","1","void q38::cuda::unnamed>::GemvKernel<true>(const __half *, const __half *, __half *, int, long, long)","8000"
+"ID","Process ID","Kernel Name","Grid Size","gpu__time_duration.sum"
+"","","","","ns"
+"0","1","q38::cuda::unnamed>::FillRandomKernel(void *, RandomKind, unsigned long, float, long)","(64, 1, 1)","900000"
+"1","1","q38::cuda::unnamed>::EmbedStreamsKernel(const __half *, const int *, float *, long, long, long)","(1, 1, 1)","2000"
+"2","1","void q38::cuda::unnamed>::GateUpKernel<q38::cuda::unnamed>::Nvfp4Rows>(const __half *, T1)","(10, 1, 1)","30,000"
+"3","1","void q38::cuda::unnamed>::GemvKernel<true>(const __half *, const __half *, __half *, int, long, long)","(1280, 1, 1)","8000"
+"4","1","q38::cuda::unnamed>::EmbedStreamsKernel(const __half *, const int *, float *, long, long, long)","(1, 1, 1)","2000"
+"5","1","void q38::cuda::unnamed>::GateUpKernel<q38::cuda::unnamed>::Nvfp4Rows>(const __half *, T1)","(10, 1, 1)","10000"
+"6","1","void q38::cuda::unnamed>::GemvKernel<true>(const __half *, const __half *, __half *, int, long, long)","(324, 1, 1)","8000"
 """
 
 
@@ -62,6 +62,14 @@ class KernelProfile(unittest.TestCase):
         self.assertEqual(p.stdout.splitlines()[0], "1 steps, 3 kernels and 0.02 ms of kernel time per step")
         self.assertNotEqual(self.run_script(CSV, "--step_marker", "EmbedStreams", "--period", "2",
                                             "--pick", "2").returncode, 0)
+
+    def test_splits_one_kernel_by_grid_size(self):
+        p = self.run_script(CSV, "--step_marker", "EmbedStreams", "--by_grid", "GemvKernel")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        rows = {line.split()[0]: line.split()[1:] for line in p.stdout.splitlines()[2:]}
+        self.assertEqual(rows["GemvKernel<true>[1280,1,1]"], ["0.5", "4.0", "13.3%"])
+        self.assertEqual(rows["GemvKernel<true>[324,1,1]"], ["0.5", "4.0", "13.3%"])
+        self.assertEqual(rows["GateUpKernel<Nvfp4Rows>"], ["1.0", "20.0", "66.7%"])  # not split
 
     def test_refuses_a_file_without_the_header_or_the_marker(self):
         self.assertNotEqual(self.run_script("not a profile\n", "--step_marker", "X").returncode, 0)
