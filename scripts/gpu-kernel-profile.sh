@@ -2,8 +2,8 @@
 # Where a full-size step's GPU time goes, for decode and for prefill: Nsight Compute times every
 # kernel (synthetic release weights, TP1; kernels serialized, so launch gaps are not in it) and
 # scripts/kernel_profile.py sums them per kernel and per step (the decode GEMV also per grid size,
-# which names its shape). Called by scripts/gpu-run.sh when
-# Q38_PROFILE is set; skipped where ncu is missing.
+# which names its shape). Called by scripts/gpu-run.sh when Q38_PROFILE is set; skipped where ncu
+# is missing.
 # Usage: scripts/gpu-kernel-profile.sh PACKED_DIR OUT_DIR [TIMEOUT_S per profile] [PREFILL_TOKENS=8192]
 set -uo pipefail
 packed=$1

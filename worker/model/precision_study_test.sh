@@ -3,7 +3,8 @@
 # out within (0, 1], an op left exact is named, a smaller indexer budget changes the result, the
 # emulation runs sharded at TP2 (with its error along the probe and its decisions), a forced routing
 # flip is reported where it was made, a run that follows FP32's decisions loses less than a free one,
-# and bad input is refused with exit 2.
+# its decisions judged against FP32 made to take them are named, and bad input is refused with
+# exit 2.
 # Usage: precision_study_test.sh Q38_MAKE_CHECKPOINT Q38_PRECISION_STUDY
 set -euo pipefail
 make=$1 study=$2
@@ -33,8 +34,16 @@ echo "$tp2" | grep -Eq '^FP16 contract first decides otherwise than FP32: (exper
 [[ $plain == *"experts at layer"* && $plain == *"blocks at layer"* ]] || { echo "no flips to take out: $plain"; exit 1; }
 p90() { sed -nE 's/^FP16 contract against FP32: .* p90 ([0-9.e+-]+),.*/\1/p'; }
 free=$(echo "$tp2" | p90)
-followed=$("$study" --model "$dir/tiny" --positions 80 --prefill 16 --tp 2 --follow_fp32_decisions | p90)
+followed_out=$("$study" --model "$dir/tiny" --positions 80 --prefill 16 --tp 2 --follow_fp32_decisions)
+followed=$(echo "$followed_out" | p90)
 awk -v f="$followed" -v g="$free" 'BEGIN { exit !(f < g / 2) }' || { echo "following: p90 $followed, free $free"; exit 1; }
+# Judged against FP32 made to take its decisions, the free run names the widest gap it took
+# otherwise; a run that followed FP32 took none.
+echo "$tp2" | grep -Eq '^FP16 contract against FP32 deciding alike: top-1 agreement (0\.[0-9]*[1-9][0-9]*|1\.0000) over 80 '
+echo "$tp2" | grep -Eq '^FP16 contract decides otherwise than FP32 would in the same state: widest gap [0-9]+\.[0-9] FP16 ulps$'
+echo "$tp2" | grep -q 'same state: widest gap 0.0 ' && { echo "the free run took no decision otherwise"; exit 1; }
+echo "$followed_out" | grep -q '^FP16 contract decides otherwise than FP32 would in the same state: widest gap 0.0 FP16 ulps$' ||
+  { echo "following FP32: $followed_out"; exit 1; }
 set +e
 err=$("$study" --model "$dir/tiny" --flip_route 5:40 --follow_fp32_decisions 2>&1); rc=$?
 [[ $rc -eq 2 && $err == *"a run follows FP32 or flips, not both"* ]] || { echo "flip and follow: rc $rc: $err"; exit 1; }
