@@ -7,7 +7,8 @@
 # runs where the sources build: CTest's Sm70Legality.)
 # Runs from the repository root on binaries packed by scripts/pack-gpu-run.sh (nothing is built
 # here); $OUT (default out/gpu) ends with summary.txt and results.tar.xz, which holds the rest:
-# tests.log, bench.log, nvidia-smi.txt, the evaluation's and the full-size run's files, the profiles.
+# tests.log, bench.log, linear-bench.log, nvidia-smi.txt, the evaluation's and the full-size run's
+# files, the profiles.
 # Scratch files (checkpoints, one test's log) stay outside $OUT, so that a run cut off before the
 # archive still leaves fewer files there than the device tool brings back.
 # Usage: scripts/gpu-run.sh [PACKED_DIR]
@@ -66,6 +67,19 @@ for t in cuda_backend_test linear_cuda_test norm_cuda_test rope_cuda_test conv_c
     sed 's/^/    /' | tee -a "$summary"
   [[ $t != model_cuda_test ]] || grep -q '^\[  FAILED  \]\|^\[  PASSED  \]' "$scratch/test.log" || diagnose_crash "$scratch/test.log"
 done
+
+# The dense linear kernels' lab bench (kernels/linear/linear_bench.cu): the stream-read and WMMA
+# ceilings, every decode GEMV shape at TP1/2/4 against the old kernel (v0), 100 small GEMVs as one
+# graph, the prefill GEMM. Its tables go to the summary, its output to linear-bench.log;
+# Q38_BENCH_SWEEP=1 adds every GEMV configuration (linear-bench-sweep.csv). A variant that
+# disagrees with the reference fails the run.
+start=$SECONDS
+timeout 300 "$packed/bin/linear_bench" ${Q38_BENCH_SWEEP:+--sweep --csv "$out/linear-bench-sweep.csv"} \
+    > "$out/linear-bench.log" 2>&1
+rc=$?
+[[ $rc -eq 0 ]] || failed=1
+note "$(printf '%-22s %-4s %4ss' linear_bench "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" $((SECONDS - start)))"
+sed -n '/^ceilings/,$p' "$out/linear-bench.log" | sed 's/^/    /' | tee -a "$summary"
 
 # Measurements: the tiny model through the runner at TP1 and TP2 where two GPUs are visible
 # (graphs on), medians of 5.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Packs what scripts/gpu-run.sh runs on a GPU machine: the tools, the GPU test binaries and every
-# shared library they load, into DIR/bin and DIR/lib (LD_LIBRARY_PATH=DIR/lib). Unlike a release
+# Packs what scripts/gpu-run.sh runs on a GPU machine: the tools, the GPU test binaries, the benches
+# and every shared library they load, into DIR/bin and DIR/lib (LD_LIBRARY_PATH=DIR/lib). Unlike a release
 # bundle (scripts/pack-binaries.sh, `q38 bundle create`) it leaves out NCCL as well as the C
 # library and the driver: the GPU machines provide NCCL, and at 218 MB it would not fit the few
 # tens of MB a test run can carry there.
@@ -14,6 +14,7 @@ tools=(server/q38-server worker/q38-worker client/q38 worker/model/q38-bench-mod
 for t in cuda_backend linear_cuda norm_cuda rope_cuda conv_cuda gdn_cuda attention_cuda moe_cuda hc_cuda ple_cuda; do
   tools+=("kernels/${t}_test")
 done
+tools+=(kernels/linear_bench)  # the kernels' lab benches
 rm -rf "$out" && mkdir -p "$out/bin" "$out/lib"
 for t in "${tools[@]}"; do
   cp "$build/$t" "$out/bin/"

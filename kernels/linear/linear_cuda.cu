@@ -2,54 +2,32 @@
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/wmma_tile.cuh"
 #include "kernels/linear/linear_cuda.h"
+#include "kernels/linear/linear_gemv.cuh"
+
+#include <cstdint>
 
 namespace q38::cuda {
 namespace {
 
 constexpr int kGemvThreads = 256, kGemvWarps = kGemvThreads / kWarp;
+static_assert(kGemvMaxRows == 8, "the vector GEMV instantiates T up to 8");
 
-// `splits` warps per output row n (a power of two up to 8), each over every splits-th run of
-// K: the row is read once, with 16-byte loads where K and the pointers allow, and dotted with
-// every one of the T ≤ kGemvMaxRows input rows. Splitting K keeps a small N from leaving most
-// of the GPU idle while a few warps walk long rows; the partial sums meet in shared memory in
-// a fixed order, so the result depends only on the shape.
-template <bool kVector>
-__global__ void GemvKernel(const __half* __restrict__ x, const __half* __restrict__ w, __half* __restrict__ y, int T, int64_t K,
-               int64_t N, int splits) {
+// The generic GEMV, for K not a multiple of 8 or unaligned pointers: `splits` warps per output
+// row n (a power of two up to 8), each over every splits-th element of K, with every one of the
+// T ≤ kGemvMaxRows input rows; the partial sums meet in shared memory in a fixed order.
+__global__ void ScalarGemvKernel(const __half* __restrict__ x, const __half* __restrict__ w, __half* __restrict__ y,
+                                 int T, int64_t K, int64_t N, int splits) {
   __shared__ float partial[kGemvWarps][kGemvMaxRows];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, part = warp % splits;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * (kGemvWarps / splits) + warp / splits;
   float acc[kGemvMaxRows] = {};
   if (n < N) {
     const __half* row = w + n * K;
-    if constexpr (kVector) {
-      // Unrolled so that a lane has several weight loads in flight rather than one at a time.
-#pragma unroll 4
-      for (int64_t k = (part * kWarp + lane) * 8; k < K; k += int64_t{kWarp} * 8 * splits) {
-        const uint4 wv = __ldg(reinterpret_cast<const uint4*>(row + k));
-        const __half2* wh = reinterpret_cast<const __half2*>(&wv);
-        float2 wf[4];
+    for (int64_t k = part * kWarp + lane; k < K; k += int64_t{kWarp} * splits) {
+      const float wf = __half2float(row[k]);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) wf[i] = __half22float2(wh[i]);
-#pragma unroll
-        for (int t = 0; t < kGemvMaxRows; ++t) {
-          if (t >= T) break;
-          const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + t * K + k));
-          const __half2* xh = reinterpret_cast<const __half2*>(&xv);
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const float2 xf = __half22float2(xh[i]);
-            acc[t] += wf[i].x * xf.x + wf[i].y * xf.y;
-          }
-        }
-      }
-    } else {
-      for (int64_t k = part * kWarp + lane; k < K; k += int64_t{kWarp} * splits) {
-        const float wf = __half2float(row[k]);
-#pragma unroll
-        for (int t = 0; t < kGemvMaxRows; ++t) {
-          if (t < T) acc[t] += wf * __half2float(x[t * K + k]);
-        }
+      for (int t = 0; t < kGemvMaxRows; ++t) {
+        if (t < T) acc[t] += wf * __half2float(x[t * K + k]);
       }
     }
   }
@@ -66,12 +44,10 @@ __global__ void GemvKernel(const __half* __restrict__ x, const __half* __restric
   y[lane * N + n] = __float2half(s);
 }
 
-// Warps per row: more while N alone would give the GPU few warps and K is long enough that each
-// split still walks several 256-element runs.
-int GemvSplits(int64_t K, int64_t N) {
-  constexpr int64_t kTargetWarps = 8192;
+// The scalar kernel's warps per row: more while N alone would give the GPU few warps.
+int ScalarSplits(int64_t K, int64_t N) {
   int splits = 1;
-  while (splits < kGemvWarps && N * splits < kTargetWarps && K >= int64_t{splits} * 4 * kWarp * 8) splits *= 2;
+  while (splits < kGemvWarps && N * splits < 8192 && K >= int64_t{splits} * 4 * kWarp * 8) splits *= 2;
   return splits;
 }
 
@@ -96,15 +72,51 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
+// Tuned on one H200 with kernels/linear/linear_bench.cu --sweep over the model's decode shapes at
+// TP1, 2 and 4 (docs/perf/gpu.md, run M): within 3% of the sweep's fastest configuration at every
+// one-token shape, within 8% at 4 and 8 tokens.
+GemvConfig ChooseGemv(int64_t T, int64_t K, int64_t N) {
+  GemvConfig c;
+  const int64_t runs = K / 8;
+  // A lane group about as wide as the row: short rows (K < 512) would leave most of a warp idle.
+  c.lanes = runs >= 64 ? 32 : runs >= 16 ? 16 : 8;
+  const int64_t row_warps = CeilDiv(N, kWarp / c.lanes), lane_runs = CeilDiv(runs, c.lanes);
+  // More warps per row while the GPU has few warps (more when several token rows make each
+  // lane's work longer) and each lane keeps at least four runs per row.
+  const int64_t target = T >= 4 ? 12288 : 3072;
+  while (c.splits < gemv::kWarps && row_warps * c.splits < target && lane_runs >= 4 * c.splits) c.splits *= 2;
+  // Eight loads a lane where the warps fit in about one wave at the occupancy eight allow
+  // (72 registers: 24 warps an SM), four where there are more.
+  c.unroll = row_warps * c.splits <= 3000 ? 8 : 4;
+  return c;
+}
+
+void LinearGemv(const GemvConfig& c, const __half* x, const __half* w, __half* y, int64_t T, int64_t K, int64_t N,
+                cudaStream_t stream) {
+  CHECK(T >= 1 && T <= kGemvMaxRows && K % 8 == 0 && K <= INT32_MAX && N <= INT32_MAX && Aligned16(x) && Aligned16(w));
+  CHECK(c.splits == 1 || c.splits == 2 || c.splits == 4 || c.splits == 8) << c.splits;
+  const int t = static_cast<int>(T), k = static_cast<int>(K), n = static_cast<int>(N);
+  switch (c.lanes * 100 + c.unroll) {
+    case 804: gemv::LaunchWide<8, 4>(x, w, y, t, k, n, c.splits, stream); break;
+    case 808: gemv::LaunchWide<8, 8>(x, w, y, t, k, n, c.splits, stream); break;
+    case 1604: gemv::LaunchWide<16, 4>(x, w, y, t, k, n, c.splits, stream); break;
+    case 1608: gemv::LaunchWide<16, 8>(x, w, y, t, k, n, c.splits, stream); break;
+    case 3204: gemv::LaunchWide<32, 4>(x, w, y, t, k, n, c.splits, stream); break;
+    case 3208: gemv::LaunchWide<32, 8>(x, w, y, t, k, n, c.splits, stream); break;
+    default: LOG(FATAL) << "no GEMV instantiated for lanes " << c.lanes << " unroll " << c.unroll;
+  }
+  Q38_CUDA_LAUNCHED();
+}
+
 void Linear(const __half* x, const __half* w, __half* y, int64_t T, int64_t K, int64_t N, cudaStream_t stream) {
   if (T <= kGemvMaxRows) {
-    const int splits = GemvSplits(K, N);
-    const dim3 grid(static_cast<unsigned>(CeilDiv(N, kGemvWarps / splits)));
-    if (K % 8 == 0 && Aligned16(x) && Aligned16(w)) {
-      GemvKernel<true><<<grid, kGemvThreads, 0, stream>>>(x, w, y, static_cast<int>(T), K, N, splits);
-    } else {
-      GemvKernel<false><<<grid, kGemvThreads, 0, stream>>>(x, w, y, static_cast<int>(T), K, N, splits);
+    if (K % 8 == 0 && K <= INT32_MAX && N <= INT32_MAX && Aligned16(x) && Aligned16(w)) {
+      LinearGemv(ChooseGemv(T, K, N), x, w, y, T, K, N, stream);
+      return;
     }
+    const int splits = ScalarSplits(K, N);
+    const dim3 grid(static_cast<unsigned>(CeilDiv(N, kGemvWarps / splits)));
+    ScalarGemvKernel<<<grid, kGemvThreads, 0, stream>>>(x, w, y, static_cast<int>(T), K, N, splits);
   } else {
     const dim3 grid(static_cast<unsigned>(CeilDiv(N, kTileN)), static_cast<unsigned>(CeilDiv(T, kTileM)));
     const bool vec = K % 8 == 0 && Aligned16(x) && Aligned16(w);

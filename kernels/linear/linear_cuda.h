@@ -14,4 +14,20 @@ constexpr int64_t kGemvMaxRows = 8;
 
 void Linear(const __half* x, const __half* w, __half* y, int64_t T, int64_t K, int64_t N, cudaStream_t stream);
 
+// How the vector GEMV (kernels/linear/linear_gemv.cuh) divides the weights: `lanes` lanes per
+// output row (8, 16 or 32), `unroll` 16-byte runs a lane loads before its arithmetic (4 or 8),
+// `splits` warps sharing each row's K (1, 2, 4 or 8).
+struct GemvConfig {
+  int lanes = 32, unroll = 4, splits = 1;
+};
+
+// The configuration Linear() runs for T ≤ kGemvMaxRows rows where K % 8 == 0 and the pointers
+// are 16-byte aligned; a function of the shape alone, so results do not depend on the GPU.
+GemvConfig ChooseGemv(int64_t T, int64_t K, int64_t N);
+
+// The vector GEMV with a given configuration (one of those ChooseGemv can return), for tests.
+// Needs T ≤ kGemvMaxRows, K % 8 == 0 and 16-byte aligned x and w.
+void LinearGemv(const GemvConfig& config, const __half* x, const __half* w, __half* y, int64_t T, int64_t K,
+                int64_t N, cudaStream_t stream);
+
 }  // namespace q38::cuda

@@ -1,6 +1,6 @@
-// The FP16 linear kernels (GEMV for decode, with K split over warps for small N; WMMA GEMM for
-// prefill) against the FP32 reference, at the model's projection shapes and at shapes no tile
-// divides.
+// The FP16 linear kernels against the FP32 reference: the vector GEMV of decode (in every
+// configuration ChooseGemv can return), the scalar GEMV for other K, the WMMA GEMM of prefill; at
+// the model's projection shapes and at shapes no tile, lane group or block divides.
 #include "kernels/linear/linear_cuda.h"
 #include "kernels/testing/backend_pair.h"
 
@@ -46,7 +46,82 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{2, 3000, 7},      // split K on the scalar GEMV; a block's last row past N
                       Shape{3, 100, 77},      // K not a multiple of 8: the scalar GEMV
                       Shape{70, 36, 33},      // nothing divides: edge tiles, scalar loads
-                      Shape{65, 64, 65}));
+                      Shape{65, 64, 65},
+                      // The vector GEMV (ChooseGemv): lane groups of 8 (K < 128), 16 (K < 512) and
+                      // 32, T from 1 to 8, N no block divides:
+                      Shape{1, 320, 10239},   // HC up: 16 lanes a row, the last block part past N
+                      Shape{7, 320, 1001},    // 16 lanes, T = 7
+                      Shape{2, 640, 2561},    // 32 lanes, eight loads a lane
+                      Shape{6, 1280, 333},    // split K, several token rows
+                      Shape{1, 10240, 324},   // HC down: 8 warps split each row's K
+                      Shape{8, 6144, 97},     // split K at T = 8
+                      Shape{1, 2560, 16481},  // GDN stack: a warp a row, four loads a lane
+                      Shape{1, 2560, 1793},   // router + shared expert stack
+                      Shape{4, 2568, 129},    // K not a multiple of a lane group's stride
+                      Shape{1, 8, 3},         // one 16-byte run a row: 8 lanes
+                      Shape{3, 120, 50},      // 8 lanes, split K
+                      Shape{2, 1002, 9},      // K not a multiple of 8 with K > 1000: the scalar GEMV
+                      Shape{5, 24, 1}));
+
+// Every vector GEMV configuration ChooseGemv can return, at every split, against the reference:
+// shapes no block, lane group or batch divides.
+struct ConfigCase {
+  cuda::GemvConfig config;
+  Shape shape;
+};
+
+class LinearGemvConfig : public ::testing::TestWithParam<ConfigCase> {};
+
+TEST_P(LinearGemvConfig, MatchesReference) {
+  Q38_REQUIRE_GPU();
+  const cuda::GemvConfig c = GetParam().config;
+  const Shape s = GetParam().shape;
+  BackendPair b;
+  auto x = b.Act(Normal(s.T * s.K, 3), {s.T, s.K});
+  std::vector<float> w = Normal(s.N * s.K, 4);
+  for (float& v : w) v *= 0.05f;
+  auto wt = b.Act(w, {s.N, s.K});
+  auto y = b.Out({s.T, s.N});
+  b.cpu().Linear(x.cpu.t(), wt.cpu.t(), y.cpu.t());
+  cuda::LinearGemv(c, static_cast<const __half*>(x.gpu.t().data), static_cast<const __half*>(wt.gpu.t().data),
+                   static_cast<__half*>(y.gpu.t().data), s.T, s.K, s.N, b.gpu().stream());
+  EXPECT_TRUE(b.Matches(y)) << "lanes " << c.lanes << " unroll " << c.unroll << " splits " << c.splits << "; T " << s.T << " K " << s.K << " N " << s.N;
+}
+
+std::vector<ConfigCase> ConfigCases() {
+  std::vector<ConfigCase> cases;
+  for (const int lanes : {8, 16, 32})
+    for (const int unroll : {4, 8})
+      for (const int splits : {1, 2, 4, 8})
+        for (const Shape s : {Shape{1, 1000, 77}, Shape{3, 264, 45}, Shape{8, 2056, 19}})
+          cases.push_back({{lanes, unroll, splits}, s});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, LinearGemvConfig, ::testing::ValuesIn(ConfigCases()),
+                         [](const ::testing::TestParamInfo<ConfigCase>& p) {
+                           const cuda::GemvConfig& c = p.param.config;
+                           const Shape& s = p.param.shape;
+                           return "g" + std::to_string(c.lanes) + "u" + std::to_string(c.unroll) + "s" +
+                                  std::to_string(c.splits) + "_T" + std::to_string(s.T) + "K" + std::to_string(s.K) +
+                                  "N" + std::to_string(s.N);
+                         });
+
+// The configuration is a function of the shape: the model's decode shapes take the paths the
+// bench measured (docs/perf/gpu.md).
+TEST(ChooseGemv, ModelShapes) {
+  auto is = [](const cuda::GemvConfig& c, int lanes, int unroll, int splits) {
+    return c.lanes == lanes && c.unroll == unroll && c.splits == splits;
+  };
+  EXPECT_TRUE(is(cuda::ChooseGemv(1, 2560, 16480), 32, 4, 1));   // GDN stack
+  EXPECT_TRUE(is(cuda::ChooseGemv(1, 2560, 248320), 32, 4, 1));  // lm_head
+  EXPECT_TRUE(is(cuda::ChooseGemv(1, 2560, 1793), 32, 4, 2));    // router + shared expert
+  EXPECT_TRUE(is(cuda::ChooseGemv(1, 6144, 2560), 32, 4, 2));    // GDN out, attention o
+  EXPECT_TRUE(is(cuda::ChooseGemv(1, 320, 10240), 16, 4, 1));    // HC up
+  EXPECT_TRUE(is(cuda::ChooseGemv(1, 10240, 324), 32, 8, 8));    // HC down
+  EXPECT_TRUE(is(cuda::ChooseGemv(1, 640, 2560), 32, 8, 1));     // shared expert down
+  EXPECT_TRUE(is(cuda::ChooseGemv(4, 6144, 2560), 32, 4, 8));    // more splits for more token rows
+}
 
 }  // namespace
 }  // namespace q38
