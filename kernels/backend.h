@@ -129,6 +129,21 @@ class Backend {
   virtual void HcGates(const Tensor& di, Tensor& a, Tensor& g, int64_t streams, bool inject) = 0;
   virtual void HcCombine(const Tensor& m, const Tensor& xn, Tensor& h) = 0;
   virtual void HcResidual(Tensor& X, const Tensor& g, const Tensor& y) = 0;
+  // A hyper-connection module's pre step as one op (fused: docs/cuda.md), the composition
+  //   xn = RmsNorm(X, norm, groups of H, zero-centred);  di = xn·down_injectᵀ;
+  //   a, g = HcGates(di, S, inject);  m = a·upᵀ;  h = HcCombine(m, xn)
+  // with FP32 X [T, S·H], down_inject [R + S, S·H] (inject: gains g [T, S] written) or [R, S·H]
+  // (the final mixer: g untouched), up [S·H, R], h [T, H]. Intermediates in act_dtype(), as the
+  // composition rounds them. This default runs the composition through the backend's own ops.
+  virtual void HcPre(const Tensor& X, const Tensor& norm, const Tensor& down_inject, const Tensor& up, Tensor& h,
+                     Tensor& g, int64_t streams, float eps);
+
+  // Greedy decoding without the logits leaving the backend (kernels/logits): of logits [1, V]
+  // (one row), the largest of the first `valid` values (0 ≤ valid ≤ V) and its index, as F32
+  // out [2] = (value, index); V < 2^24, so the index is exact. Values compare as FP32, a NaN never
+  // wins and ties go to the lowest index (worker/sampling/sampler.h, step 1); with no value above
+  // −inf, out = (−inf, −1).
+  virtual void ArgMax(const Tensor& logits, int64_t valid, Tensor& out) = 0;
 
   // PLE (kernels/ple): staged [T, heads·row_width] holds the gathered table rows as stored
   // (kernels/ple/ple.h PleStageRows, into AllocStaging memory); E = staged · scale.
@@ -137,6 +152,10 @@ class Backend {
 
   // Records `body` without running it; Replay runs it. The CPU backend replays by calling body.
   virtual absl::StatusOr<std::unique_ptr<StepGraph>> Capture(const std::function<absl::Status()>& body) = 0;
+
+  // Kernels in the step last recorded by Capture, where the backend launches kernels (−1 elsewhere):
+  // a decode step's launch count.
+  virtual int64_t captured_kernels() const { return -1; }
 
   // Makes this backend's device current for the calling thread. CUDA picks the device per thread,
   // and a worker's requests arrive on RPC threads the backend was not created on.

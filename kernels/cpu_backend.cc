@@ -9,6 +9,7 @@
 #include "kernels/gdn/gdn.h"
 #include "kernels/hc/hc.h"
 #include "kernels/linear/linear.h"
+#include "kernels/logits/logits.h"
 #include "kernels/moe/moe.h"
 #include "kernels/norm/norm.h"
 #include "kernels/ple/ple.h"
@@ -186,6 +187,18 @@ class CpuBackend final : public Backend {
   }
   void HcResidual(Tensor& X, const Tensor& g, const Tensor& y) override {
     cpu::HcResidual(F(X), F(g), F(y), Rows(y), g.dim(-1), y.dim(-1));
+  }
+  void HcPre(const Tensor& X, const Tensor& norm, const Tensor& down_inject, const Tensor& up, Tensor& h, Tensor& g,
+             int64_t streams, float eps) override {
+    const int64_t R = up.dim(1), rows = down_inject.dim(0);
+    CHECK(rows == R || rows == R + streams) << "HcPre: " << rows << " down/inject rows for R = " << R;
+    const bool inject = rows == R + streams;
+    cpu::HcPre(F(X), F(norm), norm.numel(), F(down_inject), F(up), F(h), inject ? F(g) : nullptr, X.dim(0), streams,
+               h.dim(-1), R, inject, eps);
+  }
+  void ArgMax(const Tensor& logits, int64_t valid, Tensor& out) override {
+    CHECK(Rows(logits) == 1 && valid >= 0 && valid <= logits.dim(-1) && out.numel() == 2);
+    cpu::ArgMax(F(logits), valid, F(out));
   }
 
   void PleLoad(const Tensor& staged, float scale, Tensor& E) override {

@@ -7,7 +7,7 @@
 # runs where the sources build: CTest's Sm70Legality.)
 # Runs from the repository root on binaries packed by scripts/pack-gpu-run.sh (nothing is built
 # here); $OUT (default out/gpu) ends with summary.txt and results.tar.xz, which holds the rest:
-# tests.log, bench.log, linear-bench.log, nvidia-smi.txt, the evaluation's and the full-size run's
+# tests.log, bench.log, linear-bench.log, hc_bench.log, logits_bench.log, nvidia-smi.txt, the evaluation's and the full-size run's
 # files, the profiles.
 # Scratch files (checkpoints, one test's log) stay outside $OUT, so that a run cut off before the
 # archive still leaves fewer files there than the device tool brings back.
@@ -54,7 +54,7 @@ diagnose_crash() {
 
 failed=0
 for t in cuda_backend_test linear_cuda_test norm_cuda_test rope_cuda_test conv_cuda_test gdn_cuda_test \
-         attention_cuda_test moe_cuda_test hc_cuda_test ple_cuda_test model_cuda_test gpu_server_test parity_test; do
+         attention_cuda_test moe_cuda_test hc_cuda_test ple_cuda_test logits_cuda_test model_cuda_test gpu_server_test parity_test; do
   start=$SECONDS
   "$packed/bin/$t" > "$scratch/test.log" 2>&1
   rc=$?
@@ -80,6 +80,16 @@ rc=$?
 [[ $rc -eq 0 ]] || failed=1
 note "$(printf '%-22s %-4s %4ss' linear_bench "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" $((SECONDS - start)))"
 sed -n '/^ceilings/,$p' "$out/linear-bench.log" | sed 's/^/    /' | tee -a "$summary"
+# The fused ops' lab benches: the hyper-connection pre step (five kernels against two) and the
+# greedy token (the logits to the host against ArgMax on the device), at full-size decode shapes.
+for bench in hc_bench logits_bench; do
+  start=$SECONDS
+  timeout 120 "$packed/bin/$bench" > "$out/$bench.log" 2>&1
+  rc=$?
+  [[ $rc -eq 0 ]] || failed=1
+  note "$(printf '%-22s %-4s %4ss' "$bench" "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" $((SECONDS - start)))"
+  grep -E '^\||MISMATCH' "$out/$bench.log" | sed 's/^/    /' | tee -a "$summary"
+done
 
 # Measurements: the tiny model through the runner at TP1 and TP2 where two GPUs are visible
 # (graphs on), medians of 5.

@@ -16,6 +16,7 @@
 #include "kernels/gdn/gdn_cuda.h"
 #include "kernels/hc/hc_cuda.h"
 #include "kernels/linear/linear_cuda.h"
+#include "kernels/logits/logits_cuda.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/norm/norm_cuda.h"
 #include "kernels/ple/ple_cuda.h"
@@ -51,6 +52,20 @@ std::string UuidString(const cudaUUID_t& u) {
   const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
   return absl::StrFormat("GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
                          b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+// Kernel nodes of a recorded graph (NCCL's kernels included); −1 if the graph cannot be read.
+int64_t CountKernels(cudaGraph_t graph) {
+  size_t n = 0;
+  if (cudaGraphGetNodes(graph, nullptr, &n) != cudaSuccess) return -1;
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (cudaGraphGetNodes(graph, nodes.data(), &n) != cudaSuccess) return -1;
+  int64_t kernels = 0;
+  for (size_t i = 0; i < n; ++i) {
+    cudaGraphNodeType type;
+    if (cudaGraphNodeGetType(nodes[i], &type) == cudaSuccess && type == cudaGraphNodeTypeKernel) ++kernels;
+  }
+  return kernels;
 }
 
 // A captured decode step: the executable graph and the private pool its buffers came from.
@@ -299,6 +314,26 @@ class CudaBackendImpl final : public CudaBackend {
   void HcResidual(Tensor& X, const Tensor& g, const Tensor& y) override {
     cuda::HcResidual(F(X), H(g), H(y), Rows(y), g.dim(-1), y.dim(-1), stream_);
   }
+  // One token: two kernels (hc_cuda.h, HcPreFused); more tokens, or shapes it does not take: the
+  // composition of five.
+  void HcPre(const Tensor& X, const Tensor& norm, const Tensor& down_inject, const Tensor& up, Tensor& h, Tensor& g,
+             int64_t streams, float eps) override {
+    const int64_t S = streams, H_ = h.dim(-1), R = up.dim(1), rows = down_inject.dim(0);
+    const bool inject = rows == R + S;
+    if (Rows(X) == 1 && X.dtype == DType::kF32 && (rows == R || inject) && X.dim(-1) == S * H_ &&
+        cuda::HcPreFusedFits(S, H_, R, norm.numel(), X.data, norm.data, down_inject.data, up.data)) {
+      Buffer di = Alloc(DType::kF16, {rows}), rstd = Alloc(DType::kF32, {S});
+      cuda::HcPreFused(F(X), H(norm), norm.numel(), H(down_inject), H(up), H(h), inject ? H(g) : nullptr, H(di.t()),
+                       F(rstd.t()), S, H_, R, inject, eps, stream_);
+      return;
+    }
+    Backend::HcPre(X, norm, down_inject, up, h, g, streams, eps);
+  }
+  void ArgMax(const Tensor& logits, int64_t valid, Tensor& out) override {
+    CHECK(Rows(logits) == 1 && valid >= 0 && valid <= logits.dim(-1) && out.numel() == 2);
+    Buffer scratch = Alloc(DType::kF32, {2 * cuda::kArgMaxBlocks});
+    cuda::ArgMax(H(logits), valid, F(out), F(scratch.t()), stream_);
+  }
 
   void PleLoad(const Tensor& staged, float scale, Tensor& E) override {
     cuda::PleLoad(staged.as<uint8_t>(), staged.dtype, scale, H(E), E.numel(), stream_);
@@ -319,12 +354,15 @@ class CudaBackendImpl final : public CudaBackend {
     cudaGraph_t graph = nullptr;
     RETURN_IF_ERROR(CudaStatus(cudaStreamEndCapture(stream_, &graph), "end capture"));
     RETURN_IF_ERROR(recorded);
+    captured_kernels_ = CountKernels(graph);
     cudaGraphExec_t exec = nullptr;
     const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     RETURN_IF_ERROR(CudaStatus(e, "graph instantiate"));
     return std::make_unique<CudaGraph>(exec, std::move(pool), stream_);
   }
+
+  int64_t captured_kernels() const override { return captured_kernels_; }
 
   void BindToThread() override { Q38_CUDA_CHECK(cudaSetDevice(info_.ordinal)); }
 
@@ -336,6 +374,7 @@ class CudaBackendImpl final : public CudaBackend {
   cuda::DeviceAllocator allocator_;
   std::shared_ptr<StagingPool> staging_ = std::make_shared<StagingPool>();
   int64_t overflow_ = 0;
+  int64_t captured_kernels_ = -1;
 };
 
 }  // namespace

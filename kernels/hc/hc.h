@@ -20,4 +20,11 @@ void HcCombine(const float* m, const float* xn, float* h, int64_t T, int64_t S, 
 // X[t, s] += g[t, s] · y[t]  (the residual update after a sub-block).
 void HcResidual(float* X, const float* g, const float* y, int64_t T, int64_t S, int64_t H);
 
+// A module's whole pre step (Backend::HcPre), plainly the composition of the references:
+// xn = zero-centred RmsNorm of X by streams (norm [norm_len], norm_len = H or S·H);
+// di = xn·down_injectᵀ ([R + S, S·H] with inject, else [R, S·H]); a, g = HcGates(di);
+// m = a·upᵀ (up [S·H, R]); h [T, H] = HcCombine(m, xn). g is written only with inject.
+void HcPre(const float* X, const float* norm, int64_t norm_len, const float* down_inject, const float* up, float* h,
+           float* g, int64_t T, int64_t S, int64_t H, int64_t R, bool inject, float eps);
+
 }  // namespace q38::cpu

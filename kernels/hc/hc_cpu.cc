@@ -1,8 +1,11 @@
 #include "kernels/hc/hc.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "kernels/activation.h"
+#include "kernels/linear/linear.h"
+#include "kernels/norm/norm.h"
 
 namespace q38::cpu {
 
@@ -41,6 +44,17 @@ void HcResidual(float* X, const float* g, const float* y, int64_t T, int64_t S, 
       for (int64_t c = 0; c < H; ++c) X[(t * S + s) * H + c] += g[t * S + s] * y[t * H + c];
     }
   }
+}
+
+void HcPre(const float* X, const float* norm, int64_t norm_len, const float* down_inject, const float* up, float* h,
+           float* g, int64_t T, int64_t S, int64_t H, int64_t R, bool inject, float eps) {
+  const int64_t W = S * H, rows = R + (inject ? S : 0);
+  std::vector<float> xn(T * W), di(T * rows), a(T * R), m(T * W);
+  RmsNorm(X, norm, xn.data(), T, W, H, norm_len, eps, /*zero_centred=*/true);
+  Linear(xn.data(), down_inject, di.data(), T, W, rows);
+  HcGates(di.data(), a.data(), g, T, R, S, inject);
+  Linear(a.data(), up, m.data(), T, R, W);
+  HcCombine(m.data(), xn.data(), h, T, S, H);
 }
 
 }  // namespace q38::cpu

@@ -1,6 +1,9 @@
 // Hyper-connection steps on the GPU against the reference at the model's width (S = 4 streams
 // of H = 2560, R = 320) and a small one; the streams X are FP32 on both sides.
+#include <cmath>
 #include <random>
+#include <string>
+#include <tuple>
 
 #include "kernels/testing/backend_pair.h"
 
@@ -49,6 +52,59 @@ TEST(HcCuda, EveryStep) {
     b.cpu().HcResidual(X.cpu.t(), g.cpu.t(), y.cpu.t());
     b.gpu().HcResidual(X.gpu.t(), g.gpu.t(), y.gpu.t());
     EXPECT_TRUE(b.Matches(X, 0.01)) << "residual, in FP32";
+  }
+}
+
+// The fused pre step (Backend::HcPre; two kernels at T = 1) against the CPU reference, and against
+// the GPU's own composition of five kernels (Backend::HcPre, the base class's), at the model's
+// widths (S = 4, H = 2560, R = 320), the small and tiny models' (H = 256 and 64, R = 16), with and
+// without inject rows, norm weights of H and of S·H; T = 3 and R = 7 take the composition.
+TEST(HcCuda, PreStepFusedAndComposed) {
+  Q38_REQUIRE_GPU();
+  BackendPair b;
+  for (auto [T, S, H, R] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 4, 2560, 320}, {1, 4, 256, 16},
+                            {1, 4, 64, 16}, {1, 2, 40, 8}, {3, 4, 2560, 320}, {1, 3, 40, 7}}) {
+    for (bool inject : {true, false}) {
+      for (bool norm_per_row : {true, false}) {
+        const int64_t W = S * H, rows = R + (inject ? S : 0), norm_len = norm_per_row ? W : H;
+        auto X = b.F32(Normal(T * W, 11), {T, W});
+        auto norm = b.Act(cpu::op_test::Uniform(norm_len, 12, -0.3f, 0.3f), {norm_len});
+        // di and m near unit scale, as the model's are.
+        std::vector<float> down = Normal(rows * W, 13), up = Normal(W * R, 14);
+        for (float& v : down) v /= std::sqrt(static_cast<float>(W));
+        for (float& v : up) v *= 2.0f / std::sqrt(static_cast<float>(R));
+        auto dw = b.Act(down, {rows, W});
+        auto uw = b.Act(up, {W, R});
+        auto h = b.Out({T, H}), g = b.Out({T, S});
+        b.cpu().HcPre(X.cpu.t(), norm.cpu.t(), dw.cpu.t(), uw.cpu.t(), h.cpu.t(), g.cpu.t(), S, 1e-6f);
+        b.gpu().HcPre(X.gpu.t(), norm.gpu.t(), dw.gpu.t(), uw.gpu.t(), h.gpu.t(), g.gpu.t(), S, 1e-6f);
+        const std::string at = "T " + std::to_string(T) + " H " + std::to_string(H) + " R " + std::to_string(R) +
+                               (inject ? " inject" : "") + (norm_per_row ? " norm per row" : "");
+        // Rounded as the composition rounds: xn, di, a, m and h to FP16.
+        EXPECT_TRUE(b.Matches(h, 8)) << "h against the CPU, " << at;
+        if (inject) {
+          EXPECT_TRUE(b.Matches(g, 8)) << "g against the CPU, " << at;
+        }
+
+        // The GPU's composition of five kernels on the same inputs.
+        auto h5 = b.Out({T, H}), g5 = b.Out({T, S});
+        b.gpu().Backend::HcPre(X.gpu.t(), norm.gpu.t(), dw.gpu.t(), uw.gpu.t(), h5.gpu.t(), g5.gpu.t(), S, 1e-6f);
+        const std::vector<float> fused = b.GpuFloats(h), composed = b.GpuFloats(h5);
+        double err = 0, ref = 0;
+        for (size_t i = 0; i < fused.size(); ++i) {
+          err += (static_cast<double>(fused[i]) - composed[i]) * (static_cast<double>(fused[i]) - composed[i]);
+          ref += static_cast<double>(composed[i]) * composed[i];
+        }
+        EXPECT_LE(err / ref, 4 * cuda_test::kFp16Nmse) << "h against the GPU composition, " << at;
+        if (inject) {
+          const std::vector<float> gf = b.GpuFloats(g), gc = b.GpuFloats(g5);
+          for (size_t i = 0; i < gf.size(); ++i) EXPECT_NEAR(gf[i], gc[i], 2e-3 * std::fabs(gc[i]) + 1e-3) << at;
+        } else {
+          const std::vector<float> gf = b.GpuFloats(g);
+          for (float v : gf) EXPECT_TRUE(std::isnan(v)) << "g written without inject, " << at;
+        }
+      }
+    }
   }
 }
 

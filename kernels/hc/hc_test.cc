@@ -2,10 +2,14 @@
 #include "kernels/hc/hc.h"
 
 #include <cmath>
+#include <cstring>
+#include <memory>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "kernels/backend.h"
 #include "kernels/testing/op_test_util.h"
 
 namespace q38::cpu {
@@ -118,6 +122,47 @@ TEST(HcResidual, MatchesNaivePerTokenAndStream) {
         const int64_t i = (t * S + s) * H + c;
         EXPECT_NEAR(X[i], X0[i] + static_cast<double>(g[t * S + s]) * y[t * H + c], 1e-6) << i;
       }
+}
+
+// The fused pre step (Backend::HcPre) on the CPU backend is bitwise the composition it stands for
+// (Backend's default: RmsNorm, Linear, HcGates, Linear, HcCombine through the backend's ops), with
+// inject and without (the final mixer), norm weights of H and of S·H, one token and several.
+TEST(HcPre, EqualsTheCompositionBitwise) {
+  std::unique_ptr<Backend> b = MakeCpuBackend();
+  for (auto [T, S, H, R] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 4, 64, 16}, {3, 4, 64, 16},
+                            {1, 3, 40, 7}, {2, 4, 256, 16}}) {
+    for (bool inject : {true, false}) {
+      for (bool norm_per_row : {true, false}) {
+        const int64_t W = S * H, rows = R + (inject ? S : 0), norm_len = norm_per_row ? W : H;
+        Buffer X = b->UploadF32(op_test::Uniform(T * W, 1, -3, 3), {T, W});
+        Buffer norm = b->Upload(op_test::Uniform(norm_len, 2, -0.2f, 0.2f), {norm_len});
+        Buffer down = b->Upload(op_test::Uniform(rows * W, 3, -0.1f, 0.1f), {rows, W});
+        Buffer up = b->Upload(op_test::Uniform(W * R, 4, -0.3f, 0.3f), {W, R});
+        Buffer h1 = b->Alloc(DType::kF32, {T, H}), h2 = b->Alloc(DType::kF32, {T, H});
+        Buffer g1 = b->Alloc(DType::kF32, {T, S}), g2 = b->Alloc(DType::kF32, {T, S});
+        b->Fill(g1.t(), NAN);
+        b->Fill(g2.t(), NAN);
+        b->HcPre(X.t(), norm.t(), down.t(), up.t(), h1.t(), g1.t(), S, 1e-6f);
+        b->Backend::HcPre(X.t(), norm.t(), down.t(), up.t(), h2.t(), g2.t(), S, 1e-6f);
+        const float* p1 = h1.t().as<float>();
+        const float* p2 = h2.t().as<float>();
+        for (int64_t i = 0; i < T * H; ++i) {
+          ASSERT_EQ(std::memcmp(p1 + i, p2 + i, 4), 0) << "h " << i << ": " << p1[i] << " vs " << p2[i];
+          ASSERT_TRUE(std::isfinite(p1[i]));
+        }
+        const float* q1 = g1.t().as<float>();
+        const float* q2 = g2.t().as<float>();
+        for (int64_t i = 0; i < T * S; ++i) {
+          if (inject) {
+            ASSERT_EQ(q1[i], q2[i]) << "g " << i;
+            ASSERT_TRUE(std::isfinite(q1[i]));
+          } else {
+            ASSERT_TRUE(std::isnan(q1[i])) << "g written without inject";
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

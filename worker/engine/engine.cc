@@ -42,16 +42,38 @@ absl::StatusOr<RunResult> Engine::Run(const RunSpec& spec, const std::function<v
   model_.Reset(state_);
   RunResult result;
   const auto start = std::chrono::steady_clock::now();
+  // After each block of prefill (mixer, MoE) rank 0 says whether to go on; every rank leaves at the
+  // same block.
+  auto between_blocks = [&]() -> absl::Status {
+    progress_.fetch_add(1, std::memory_order_relaxed);
+    Decision at_layer{0, leader && cancelled() ? Step::kCancelled : Step::kContinue, spec.request_id};
+    RETURN_IF_ERROR(comm.Broadcast(&at_layer, sizeof(at_layer), 0));
+    return at_layer.step == Step::kCancelled ? absl::CancelledError("cancelled during prefill") : absl::OkStatus();
+  };
   Buffer local;
   for (size_t begin = 0; begin < spec.prompt.size(); begin += spec.prefill_chunk) {
     const size_t end = std::min(spec.prompt.size(), begin + static_cast<size_t>(spec.prefill_chunk));
-    ASSIGN_OR_RETURN(local, model_.Forward({spec.prompt.begin() + begin, spec.prompt.begin() + end}, state_));
+    absl::StatusOr<Buffer> out = model_.Forward({spec.prompt.begin() + begin, spec.prompt.begin() + end}, state_, 1, between_blocks);
+    if (absl::IsCancelled(out.status())) {
+      result.finish_reason = "cancelled";
+      return result;
+    }
+    ASSIGN_OR_RETURN(local, std::move(out));
   }
   result.prefill_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (uint64_t step = 0;; ++step) {
-    ASSIGN_OR_RETURN(std::vector<float> logits, model_.GatherLogits(local));
+    // Greedy (SampleToken's temperature test): each rank's (max, id) instead of every logit.
+    int32_t token = 0;
+    if (!(spec.sampling.temperature > 0)) {
+      ASSIGN_OR_RETURN(token, model_.GreedyToken(local, valid_vocab_));
+    } else {
+      ASSIGN_OR_RETURN(std::vector<float> logits, model_.GatherLogits(local));
+      if (leader) {
+        token = SampleToken(logits.data(), static_cast<int64_t>(logits.size()), valid_vocab_, spec.sampling, step);
+      }
+    }
     if (leader) {
-      d.token = SampleToken(logits.data(), static_cast<int64_t>(logits.size()), valid_vocab_, spec.sampling, step);
+      d.token = token;
       const bool last = spec.stop_ids.count(d.token) || static_cast<int32_t>(step) + 1 >= spec.max_tokens;
       d.step = cancelled() ? Step::kCancelled : (last ? Step::kFinished : Step::kContinue);
     }
@@ -67,6 +89,7 @@ absl::StatusOr<RunResult> Engine::Run(const RunSpec& spec, const std::function<v
       return result;
     }
     ASSIGN_OR_RETURN(local, model_.Forward({d.token}, state_));
+    progress_.fetch_add(1, std::memory_order_relaxed);
   }
 }
 

@@ -37,18 +37,23 @@ class Engine {
   Engine(Model& model, int64_t max_context, int64_t valid_vocab);
 
   // Runs `spec` to completion. On rank 0, `emit` receives each token as soon as it is decided and
-  // `cancelled` is polled once per step; on other ranks both are ignored. A collective failure (a
-  // dead peer, a timeout) returns its status.
+  // `cancelled` is polled once per decode step and after each block (mixer, MoE) of prefill, so a
+  // cancel stops a long prompt within a block; on other ranks both are ignored. A collective failure (a dead peer,
+  // a timeout) returns its status.
   absl::StatusOr<RunResult> Run(const RunSpec& spec, const std::function<void(int32_t)>& emit,
                                 const std::function<bool()>& cancelled);
 
   int64_t max_context() const { return max_context_; }
+  // Counts prefill blocks and decode steps as they finish: a watchdog that sees it stand still
+  // knows the rank is stuck, however long the prompt.
+  uint64_t progress() const { return progress_.load(std::memory_order_relaxed); }
 
  private:
   Model& model_;
   int64_t max_context_;
   int64_t valid_vocab_;
   SequenceState state_;
+  std::atomic<uint64_t> progress_{0};
 };
 
 }  // namespace q38

@@ -41,8 +41,9 @@ absl::StatusOr<GreedyResult> GenerateGreedy(Model& model, SequenceState& state, 
   while (static_cast<int64_t>(r.tokens.size()) < max_new_tokens) {
     start = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(Buffer local, model.Forward({r.tokens.back()}, state));
-    ASSIGN_OR_RETURN(std::vector<float> logits, model.GatherLogits(local));
-    r.tokens.push_back(Argmax(logits));
+    // Every id is valid here, as for Argmax over first_logits.
+    ASSIGN_OR_RETURN(int32_t token, model.GreedyToken(local, local.t().dim(1) * model.comm().size()));
+    r.tokens.push_back(token);
     r.step_seconds.push_back(Seconds(start));
   }
   return r;

@@ -57,6 +57,7 @@ absl::Status Main() {
     int tp;
     if (!absl::SimpleAtoi(part, &tp)) return absl::InvalidArgumentError("--tp: not a number");
     std::vector<double> prefill, decode;
+    int64_t graph_kernels = -1;  // kernels a decode step's graph launches (CUDA with --decode_graph)
     const auto run = [&](Model& model) -> absl::Status {
       if (model.comm().rank() == 0) std::cerr << "tp " << tp << ": weights ready" << std::endl;
       SequenceState state = model.NewSequence(P + D);
@@ -73,14 +74,17 @@ absl::Status Main() {
         prefill.push_back(P / g.prefill_seconds);
         decode.push_back(g.step_seconds.size() / steps);
       }
+      if (model.comm().rank() == 0) graph_kernels = model.backend().captured_kernels();
       return absl::OkStatus();
     };
     RETURN_IF_ERROR(store ? RunLocalGroup(config, *store, tp, run, group)
                           : RunSyntheticGroup(config, absl::GetFlag(FLAGS_seed), tp, run, group));
     const double pm = Median(prefill), dm = Median(decode);
     printf("%-3d %22.1f %22.1f %8.2f\n", tp, pm, dm, 1e3 / dm);
+    // The greedy token adds 2 eager kernels a step (Backend::ArgMax) to the graph's.
+    if (graph_kernels >= 0) std::cerr << "tp " << tp << ": " << graph_kernels << " kernels in the decode graph" << std::endl;
     report["runs"].push_back({{"tp", tp}, {"prefill_tokens_per_second", prefill}, {"decode_tokens_per_second", decode},
-                              {"prefill_median", pm}, {"decode_median", dm}});
+                              {"prefill_median", pm}, {"decode_median", dm}, {"decode_graph_kernels", graph_kernels}});
   }
   std::cout << report.dump() << "\n";
   return absl::OkStatus();

@@ -282,6 +282,56 @@ TEST_F(TinyOnGpu, Tp2OnOneGpuMatchesCpuReference) {
   ExpectAgreement(2, "host");
 }
 
+// Greedy decoding's token on the device (Model::GreedyToken: ArgMax on the graph's logits buffer
+// after each replay, the ranks' pairs all-gathered) equals the host's greedy over the gathered
+// logits, step after step of a free greedy run through the decode graph; at TP2 the two ranks
+// share one GPU through host memory (no graph there), or run over NCCL where two GPUs are.
+TEST_F(TinyOnGpu, GreedyTokenEqualsHostGreedyThroughTheGraph) {
+  if (Gpus() < 1) GTEST_SKIP() << "no GPU";
+  for (Case c : {Case::kTrained, Case::kTinyDense}) {
+    const Reference& ref = ReferenceFor(c);
+    for (const std::string comm : {"nccl", "host"}) {
+      const int tp = comm == "host" ? 2 : 1;
+      LocalGroupOptions o;
+      o.device = "cuda";
+      o.cuda_comm = comm;
+      o.model.decode_graph = comm == "nccl";
+      int64_t checked = 0;
+      const absl::Status s = RunLocalGroup(ref.config, *ref.store, tp, [&](Model& m) -> absl::Status {
+        SequenceState state = m.NewSequence(256);
+        const std::vector<int32_t> probe = ProbeSequence(16, ref.config);
+        ASSIGN_OR_RETURN(Buffer local, m.Forward(probe, state));
+        const int64_t V = ref.config.vocab_size;
+        for (int step = 0; step < 96; ++step) {
+          ASSIGN_OR_RETURN(std::vector<float> all, m.GatherLogits(local));
+          int32_t host = 0;
+          float top = -INFINITY;
+          for (int64_t i = 0; i < V; ++i) {
+            if (all[i] > top) top = all[i], host = static_cast<int32_t>(i);
+          }
+          ASSIGN_OR_RETURN(int32_t device, m.GreedyToken(local, V));
+          // A bound inside the vocabulary: the host's greedy below it.
+          ASSIGN_OR_RETURN(int32_t bounded, m.GreedyToken(local, V / 2 + 1));
+          int32_t host_bounded = 0;
+          top = -INFINITY;
+          for (int64_t i = 0; i < V / 2 + 1; ++i) {
+            if (all[i] > top) top = all[i], host_bounded = static_cast<int32_t>(i);
+          }
+          if (m.comm().rank() == 0) {
+            EXPECT_EQ(device, host) << Name(c) << " " << comm << " step " << step;
+            EXPECT_EQ(bounded, host_bounded) << Name(c) << " " << comm << " step " << step;
+            ++checked;
+          }
+          ASSIGN_OR_RETURN(local, m.Forward({device}, state));
+        }
+        return absl::OkStatus();
+      }, o);
+      EXPECT_TRUE(s.ok()) << s;
+      EXPECT_EQ(checked, 96) << Name(c) << " " << comm;
+    }
+  }
+}
+
 TEST_F(TinyOnGpu, DecodeGraphReplaysEqualEagerSteps) {
   if (Gpus() < 1) GTEST_SKIP() << "no GPU";
   // Same inputs, graph against eager, 536 decode steps; OnGpus poisons each step's output

@@ -1,9 +1,11 @@
 // The whole forward pass on the tiny geometry: cache consistency (one pass = prefill + decode =
 // chunked prefill), tensor parallelism (TP2 and TP4 = TP1), every checkpoint format the loader
 // reads, and the errors a broken checkpoint must produce.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -148,6 +150,95 @@ TEST_F(TinyModel, TensorParallelEqualsSingleRank) {
     auto greedy = OnRanks(l, tp, [&](Model& m, SequenceState& s) { return GenerateGreedy(m, s, prompt, 12, 16)->tokens; });
     auto greedy1 = OnRanks(l, 1, [&](Model& m, SequenceState& s) { return GenerateGreedy(m, s, prompt, 12, 16)->tokens; });
     EXPECT_EQ(greedy, greedy1) << "TP" << tp;
+  }
+}
+
+// Greedy decoding's rank-local reduction (Model::GreedyToken) takes the same token as the host's
+// greedy over the gathered logits (worker/sampling/sampler.h, step 1): on the model's own logits
+// at TP 1, 2 and 4, and on hand-made rows with ties across ranks, NaN, ±inf and a valid-vocabulary
+// bound.
+int32_t HostGreedy(const std::vector<float>& logits, int64_t valid_vocab) {
+  const int64_t n = std::clamp<int64_t>(valid_vocab, 1, static_cast<int64_t>(logits.size()));
+  int32_t best = 0;
+  float top = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    if (logits[i] > top) {
+      top = logits[i];
+      best = static_cast<int32_t>(i);
+    }
+  }
+  return best;
+}
+
+TEST_F(TinyModel, GreedyTokenEqualsHostGreedyOverGatheredLogits) {
+  const Loaded l = Open(dir_->path());
+  const auto prompt = Prompt();
+  const int64_t V = l.config.vocab_size;
+  for (int tp : {1, 2, 4}) {
+    auto pairs = OnRanks(l, tp, [&](Model& m, SequenceState& s) {
+      std::vector<std::pair<int32_t, int32_t>> got;  // (GreedyToken, host greedy) per step and bound
+      std::vector<int32_t> ids = {prompt.begin(), prompt.begin() + 8};
+      for (int step = 0; step < 6; ++step) {
+        auto local = m.Forward(ids, s);
+        EXPECT_TRUE(local.ok()) << local.status();
+        const std::vector<float> all = *m.GatherLogits(*local);
+        for (int64_t valid : {V, V - 1, V / 2 + 3, int64_t{1}, int64_t{0}, V + 9}) {
+          got.emplace_back(*m.GreedyToken(*local, valid), HostGreedy(all, valid));
+        }
+        ids = {got[got.size() - 6].first};
+      }
+      return got;
+    });
+    ASSERT_EQ(pairs.size(), 36u) << "TP" << tp;
+    for (size_t i = 0; i < pairs.size(); ++i) EXPECT_EQ(pairs[i].first, pairs[i].second) << "TP" << tp << " case " << i;
+  }
+
+  // Hand-made rows: V = 1024 split over the ranks.
+  std::vector<std::vector<float>> rows;
+  auto row = [&](float fill) { return std::vector<float>(V, fill); };
+  {
+    auto r = row(-1.0f);  // a tie straddling the rank boundary: the lower id wins
+    r[V / 2 + 5] = 3.0f, r[V / 2 - 1] = 3.0f, r[V / 4 + 1] = 3.0f, r[V - 1] = 3.0f;
+    rows.push_back(r);
+  }
+  {
+    auto r = row(NAN);  // NaN everywhere but two ids: NaN never wins
+    r[700] = -5.0f, r[3] = -6.0f;
+    rows.push_back(r);
+  }
+  rows.push_back(row(-INFINITY));  // nothing above −inf: 0
+  rows.push_back(row(NAN));
+  {
+    auto r = row(0.0f);  // +inf wins, the first of two
+    r[600] = INFINITY, r[900] = INFINITY, r[10] = 1e30f;
+    rows.push_back(r);
+  }
+  {
+    auto r = row(0.0f);  // the largest beyond the valid bound never wins
+    r[V - 2] = 9.0f, r[V / 2 + 1] = 2.0f;
+    rows.push_back(r);
+  }
+  for (int tp : {1, 2, 4}) {
+    auto got = OnRanks(l, tp, [&](Model& m, SequenceState&) {
+      std::vector<int32_t> tokens;
+      const int64_t Vl = V / m.comm().size();
+      for (const auto& r : rows) {
+        for (int64_t valid : {V, V - 3, V / 2 + 2, int64_t{2}}) {
+          std::vector<float> part(r.begin() + m.comm().rank() * Vl, r.begin() + (m.comm().rank() + 1) * Vl);
+          Buffer local = m.backend().UploadF32(part, {1, Vl});
+          tokens.push_back(*m.GreedyToken(local, valid));
+        }
+      }
+      return tokens;
+    });
+    size_t i = 0;
+    for (const auto& r : rows) {
+      for (int64_t valid : {V, V - 3, V / 2 + 2, int64_t{2}}) {
+        ASSERT_LT(i, got.size());
+        EXPECT_EQ(got[i], HostGreedy(r, valid)) << "TP" << tp << " row " << i / 4 << " valid " << valid;
+        ++i;
+      }
+    }
   }
 }
 

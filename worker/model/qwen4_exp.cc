@@ -1,6 +1,7 @@
 #include "worker/model/qwen4_exp.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
@@ -68,17 +69,10 @@ absl::Status Model::AllReduce(Buffer& partial) {
 }
 
 void Model::HyperConnection(const HcWeights& w, const Tensor& X, Buffer& h, Buffer* g) {
-  const int64_t T = X.dim(0), S = config_.hc_count, H = config_.hidden_size, R = config_.hc_lowrank;
-  Buffer xn = Act({T, S * H});
-  backend_.RmsNorm(X, w.norm.t(), xn.t(), H, /*zero_centred=*/true, eps_);
-  Buffer di = Act({T, w.down_inject.t().dim(0)});
-  backend_.Linear(xn.t(), w.down_inject.t(), di.t());
-  Buffer a = Act({T, R});
+  // One op (Backend::HcPre): the CUDA backend runs a one-token module as two kernels.
   Tensor none;
-  backend_.HcGates(di.t(), a.t(), g != nullptr ? g->t() : none, S, g != nullptr);
-  Buffer m = Act({T, S * H});
-  backend_.Linear(a.t(), w.up.t(), m.t());
-  backend_.HcCombine(m.t(), xn.t(), h.t());
+  backend_.HcPre(X, w.norm.t(), w.down_inject.t(), w.up.t(), h.t(), g != nullptr ? g->t() : none, config_.hc_count,
+                 eps_);
 }
 
 std::vector<Buffer> Model::Project(const Tensor& h, const StackedProjection& w) {
@@ -248,7 +242,8 @@ void Model::StageInputs(const std::vector<int32_t>& ids, SequenceState& state, S
   if (!history.empty()) state.ple_history = history;
 }
 
-absl::StatusOr<Buffer> Model::Step(int64_t T, const StepInputs& in, SequenceState& state, int64_t keep) {
+absl::StatusOr<Buffer> Model::Step(int64_t T, const StepInputs& in, SequenceState& state, int64_t keep,
+                                   const std::function<absl::Status()>& between_blocks) {
   const ModelConfig& c = config_;
   const int64_t S = c.hc_count, H = c.hidden_size;
   // The residual streams stay FP32 on every backend: each layer updates them twice, and an FP16
@@ -264,10 +259,12 @@ absl::StatusOr<Buffer> Model::Step(int64_t T, const StepInputs& in, SequenceStat
                                  : GatedDeltaNet(l.gdn, h.t(), state.gdn[i]);
     RETURN_IF_ERROR(AllReduce(y));
     backend_.HcResidual(X.t(), g.t(), y.t());
+    if (between_blocks) RETURN_IF_ERROR(between_blocks());
     HyperConnection(l.mlp_hc, X.t(), h, &g);
     Buffer m = Moe(l.moe, h.t(), i, state.length);
     RETURN_IF_ERROR(AllReduce(m));
     backend_.HcResidual(X.t(), g.t(), m.t());
+    if (between_blocks) RETURN_IF_ERROR(between_blocks());
   }
   Tensor last = X.t().Rows(T - keep, keep);
   Buffer hf = Act({keep, H});
@@ -277,7 +274,8 @@ absl::StatusOr<Buffer> Model::Step(int64_t T, const StepInputs& in, SequenceStat
   return logits;
 }
 
-absl::StatusOr<Buffer> Model::Forward(const std::vector<int32_t>& ids, SequenceState& state, int64_t keep) {
+absl::StatusOr<Buffer> Model::Forward(const std::vector<int32_t>& ids, SequenceState& state, int64_t keep,
+                                      const std::function<absl::Status()>& between_blocks) {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(ids.size());
   if (T == 0) return absl::InvalidArgumentError("forward: no tokens");
@@ -296,7 +294,7 @@ absl::StatusOr<Buffer> Model::Forward(const std::vector<int32_t>& ids, SequenceS
   if (!(options_.decode_graph && T == 1)) {
     StepInputs in = AllocInputs(T);
     StageInputs(ids, state, in);
-    ASSIGN_OR_RETURN(Buffer logits, Step(T, in, state, keep));
+    ASSIGN_OR_RETURN(Buffer logits, Step(T, in, state, keep, T > 1 ? between_blocks : nullptr));
     state.length += T;
     return logits;
   }
@@ -315,6 +313,34 @@ absl::StatusOr<Buffer> Model::Forward(const std::vector<int32_t>& ids, SequenceS
   RETURN_IF_ERROR(state.decode->graph->Replay());
   state.length += 1;
   return state.decode->logits;
+}
+
+absl::StatusOr<int32_t> Model::GreedyToken(const Buffer& local, int64_t valid_vocab) {
+  const int64_t T = local.t().dim(0), Vl = local.t().dim(1), world = comm_.size(), rank = comm_.rank();
+  // As SampleToken: ids from n = valid_vocab clamped to [1, V] on are never returned.
+  const int64_t n = std::clamp<int64_t>(valid_vocab, 1, world * Vl);
+  const int64_t valid = std::clamp<int64_t>(n - rank * Vl, 0, Vl);
+  Buffer best = backend_.Alloc(DType::kF32, {2});
+  backend_.ArgMax(local.t().Rows(T - 1, 1), valid, best.t());
+  std::vector<float> pairs(2 * world);
+  if (world == 1) {
+    backend_.CopyToHost(best.t(), pairs.data());
+  } else {
+    Buffer all = backend_.Alloc(DType::kF32, {world, 2});
+    RETURN_IF_ERROR(comm_.AllGather(best.t(), all.t()));
+    backend_.CopyToHost(all.t(), pairs.data());
+  }
+  // Ranks hold ascending id ranges: strictly larger wins, so a tie keeps the lower rank's (lower) id.
+  int32_t token = 0;
+  float top = -std::numeric_limits<float>::infinity();
+  for (int64_t r = 0; r < world; ++r) {
+    const float value = pairs[2 * r], id = pairs[2 * r + 1];
+    if (id >= 0 && value > top) {
+      top = value;
+      token = static_cast<int32_t>(r * Vl + static_cast<int64_t>(id));
+    }
+  }
+  return token;
 }
 
 absl::StatusOr<std::vector<float>> Model::GatherLogits(const Buffer& local) {

@@ -95,11 +95,20 @@ class Model {
   // Runs tokens at positions state.length.. through the network, extending the caches. Returns
   // this rank's logits [T, V/world] for the last `keep` tokens (all when keep ≥ T). T > 1 uses the
   // chunked (prefill) forms of the stateful ops. With decode_graph, a one-token step returns the
-  // graph's logits buffer, overwritten by the next step.
-  absl::StatusOr<Buffer> Forward(const std::vector<int32_t>& ids, SequenceState& state, int64_t keep = 1);
+  // graph's logits buffer, overwritten by the next step. A multi-token step calls `between_blocks`
+  // after each mixer and each MoE block on every rank; a non-OK status ends the step there with that status (the
+  // caller decides alike on every rank, e.g. through a collective, and resets the sequence).
+  absl::StatusOr<Buffer> Forward(const std::vector<int32_t>& ids, SequenceState& state, int64_t keep = 1,
+                                 const std::function<absl::Status()>& between_blocks = nullptr);
 
   // Full-vocabulary FP32 logits on the host from rank-local logits (an all-gather over ranks).
   absl::StatusOr<std::vector<float>> GatherLogits(const Buffer& local);
+  // The greedy token of the last row of rank-local logits without the logits leaving the backend:
+  // each rank's (largest, id) of its ids below valid_vocab (Backend::ArgMax), all-gathered, the
+  // largest taken, ties to the lowest id. The same token as SampleToken at temperature 0 over
+  // GatherLogits' row (worker/sampling/sampler.h, step 1), for 8 bytes a rank instead of V floats.
+  // A collective: every rank calls it.
+  absl::StatusOr<int32_t> GreedyToken(const Buffer& local, int64_t valid_vocab);
 
   const ModelConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
@@ -114,8 +123,10 @@ class Model {
   void StageInputs(const std::vector<int32_t>& ids, SequenceState& state, StepInputs& in);
   // Everything a step does on the backend: reads only `in`, the weights and the caches, so that
   // it can be recorded once and replayed at any position.
-  absl::StatusOr<Buffer> Step(int64_t T, const StepInputs& in, SequenceState& state, int64_t keep);
-  // Runs a hyper-connection module: h [T, H] and, with inject, gains g [T, S].
+  absl::StatusOr<Buffer> Step(int64_t T, const StepInputs& in, SequenceState& state, int64_t keep,
+                              const std::function<absl::Status()>& between_blocks = nullptr);
+  // Runs a hyper-connection module's pre step (Backend::HcPre): h [T, H] and, with inject, gains
+  // g [T, S].
   void HyperConnection(const HcWeights& w, const Tensor& X, Buffer& h, Buffer* g);
   // Every part of a stacked projection of h, each [T, rows]. A one-token step runs one GEMV over
   // the stack and takes each part as a view of its output; more tokens run one product per part,

@@ -1,0 +1,26 @@
+// The op interface's default compositions (kernels/backend.h): a fused op that a backend does not
+// fuse runs as the ops it stands for, in the order the model ran them before it was fused.
+#include "kernels/backend.h"
+
+#include "glog/logging.h"
+
+namespace q38 {
+
+void Backend::HcPre(const Tensor& X, const Tensor& norm, const Tensor& down_inject, const Tensor& up, Tensor& h,
+                    Tensor& g, int64_t streams, float eps) {
+  const int64_t T = X.dim(0), S = streams, H = h.dim(-1), R = up.dim(1), rows = down_inject.dim(0);
+  CHECK(rows == R || rows == R + S) << "HcPre: " << rows << " down/inject rows for R = " << R << ", S = " << S;
+  const bool inject = rows == R + S;
+  Buffer xn = Alloc(act_dtype(), {T, S * H});
+  RmsNorm(X, norm, xn.t(), H, /*zero_centred=*/true, eps);
+  Buffer di = Alloc(act_dtype(), {T, rows});
+  Linear(xn.t(), down_inject, di.t());
+  Buffer a = Alloc(act_dtype(), {T, R});
+  Tensor none;
+  HcGates(di.t(), a.t(), inject ? g : none, S, inject);
+  Buffer m = Alloc(act_dtype(), {T, S * H});
+  Linear(a.t(), up, m.t());
+  HcCombine(m.t(), xn.t(), h);
+}
+
+}  // namespace q38

@@ -1,0 +1,112 @@
+// Lab bench of greedy decoding's token choice on one GPU (kernels/testing/bench_util.h): per rank's
+// lm_head output at full size (V = 248,320 over TP 1, 2 and 4), the old way (the logits to the
+// host, 2 bytes a value, converted to FP32 and scanned for the greedy id there) against
+// cuda::ArgMax (two kernels) and its 8-byte copy. Host-side paths are timed end to end (median of
+// 200 steps, each ending in a synchronize); the kernels also inside a CUDA graph. Checks that both
+// pick the same id; the exit status is 1 if not.
+// Usage: logits_bench
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/logits/logits_cuda.h"
+#include "kernels/testing/bench_util.h"
+
+namespace q38 {
+namespace {
+
+__global__ void FillLogitsKernel(__half* p, int64_t n, uint32_t seed) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15, h *= 0x2c1b3c6du, h ^= h >> 12;
+    p[i] = __float2half(((h >> 8) * (1.0f / 16777216.0f) - 0.5f) * 30.0f);
+  }
+}
+
+double MedianUs(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <typename F>
+double TimeHost(F&& step, int reps = 200) {
+  std::vector<double> us;
+  for (int r = 0; r < reps + 10; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
+    const double d = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    if (r >= 10) us.push_back(d);
+  }
+  return MedianUs(us);
+}
+
+int Run(bench::Bench& b) {
+  int failures = 0;
+  const cudaStream_t s = b.stream();
+  std::printf("\n## Greedy token of one rank's logits\n\n");
+  std::printf("| V on the rank | TP | logits to host + host scan µs | ArgMax + 8-byte copy µs | ArgMax kernels in a graph µs | "
+              "ArgMax eager µs | same id |\n|---|---|---|---|---|---|---|\n");
+  for (const int tp : {1, 2, 4}) {
+    const int64_t V = 248320 / tp;
+    __half* x = nullptr;
+    float *out = nullptr, *scratch = nullptr;
+    Q38_CUDA_CHECK(cudaMalloc(&x, V * sizeof(__half)));
+    Q38_CUDA_CHECK(cudaMalloc(&out, 2 * sizeof(float)));
+    Q38_CUDA_CHECK(cudaMalloc(&scratch, 2 * cuda::kArgMaxBlocks * sizeof(float)));
+    FillLogitsKernel<<<256, 256, 0, s>>>(x, V, 7 + tp);
+    Q38_CUDA_LAUNCHED();
+    std::vector<__half> staged(V);
+    std::vector<float> logits(V);
+    int32_t host_id = -1, device_id = -1;
+    // What Engine::Run did: CopyToHost (pageable, then FP16 → FP32), then the greedy scan.
+    const double old_us = TimeHost([&] {
+      Q38_CUDA_CHECK(cudaMemcpyAsync(staged.data(), x, V * sizeof(__half), cudaMemcpyDeviceToHost, s));
+      Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+      for (int64_t i = 0; i < V; ++i) logits[i] = __half2float(staged[i]);
+      float top = -INFINITY;
+      for (int64_t i = 0; i < V; ++i)
+        if (logits[i] > top) top = logits[i], host_id = static_cast<int32_t>(i);
+    });
+    const double new_us = TimeHost([&] {
+      cuda::ArgMax(x, V, out, scratch, s);
+      float pair[2];
+      Q38_CUDA_CHECK(cudaMemcpyAsync(pair, out, sizeof(pair), cudaMemcpyDeviceToHost, s));
+      Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+      device_id = static_cast<int32_t>(pair[1]);
+    });
+    const bench::Launch launch = [&](int, cudaStream_t st) { cuda::ArgMax(x, V, out, scratch, st); };
+    const bench::Timing graph = b.Graph(50, launch), eager = b.Eager(50, launch);
+    const bool same = host_id == device_id;
+    if (!same) ++failures;
+    std::printf("| %ld | %d | %.1f | %.1f | %.2f | %.2f | %s |\n", V, tp, old_us, new_us, graph.median_us, eager.median_us,
+                same ? "yes" : "NO");
+    std::fflush(stdout);
+    cudaFree(x);
+    cudaFree(out);
+    cudaFree(scratch);
+  }
+  return failures;
+}
+
+}  // namespace
+}  // namespace q38
+
+int main() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("logits_bench: no CUDA device visible\n");
+    return 0;
+  }
+  q38::bench::Bench b;
+  std::printf("# logits_bench on %s\n", b.DeviceLine().c_str());
+  const int failures = q38::Run(b);
+  std::printf("\n%s\n", failures == 0 ? "ArgMax picks the host's id" : "MISMATCHES: see above");
+  return failures == 0 ? 0 : 1;
+}

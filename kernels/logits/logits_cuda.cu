@@ -1,0 +1,83 @@
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/logits/logits_cuda.h"
+
+namespace q38::cuda {
+namespace {
+
+constexpr int kArgThreads = 256, kArgWarps = kArgThreads / kWarp;
+
+// Whether (v2, i2) beats (v, i): larger, or as large at a lower index. An entry with index −1 (none
+// yet) holds −inf, which no real entry holds (only values above −inf are taken), so a real entry
+// always beats it and two "none"s stay "none". A NaN is never taken in the first place.
+__device__ __forceinline__ void Take(float& v, int& i, float v2, int i2) {
+  if (v2 > v || (v2 == v && i2 >= 0 && i2 < i)) {
+    v = v2;
+    i = i2;
+  }
+}
+
+// The block's best of (v, i) over its threads; thread 0 gets it.
+__device__ __forceinline__ void BlockBest(float& v, int& i) {
+  __shared__ float sv[kArgWarps];
+  __shared__ int si[kArgWarps];
+  for (int o = kWarp / 2; o > 0; o >>= 1) Take(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  if (lane == 0) {
+    sv[warp] = v;
+    si[warp] = i;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x / kWarp); ++w) Take(v, i, sv[w], si[w]);
+  }
+}
+
+__global__ void __launch_bounds__(kArgThreads)
+    ArgMaxPartKernel(const __half* __restrict__ x, int valid, int per_block, float* part) {
+  const int begin = blockIdx.x * per_block, end = min(valid, begin + per_block);
+  float v = -INFINITY;
+  int i = -1;
+  // Ascending within a thread, strict: the lowest index of a tie; false for NaN.
+  for (int k = begin + threadIdx.x; k < end; k += kArgThreads) {
+    const float f = __half2float(x[k]);
+    if (f > v) {
+      v = f;
+      i = k;
+    }
+  }
+  BlockBest(v, i);
+  if (threadIdx.x == 0) {
+    part[2 * blockIdx.x] = v;
+    reinterpret_cast<int*>(part)[2 * blockIdx.x + 1] = i;  // the index's bits, as an int
+  }
+}
+
+__global__ void __launch_bounds__(kArgThreads) ArgMaxFinalKernel(const float* part, int parts, float* out) {
+  float v = -INFINITY;
+  int i = -1;
+  for (int p = threadIdx.x; p < parts; p += kArgThreads) Take(v, i, part[2 * p], reinterpret_cast<const int*>(part)[2 * p + 1]);
+  BlockBest(v, i);
+  if (threadIdx.x == 0) {
+    out[0] = v;
+    out[1] = static_cast<float>(i);
+  }
+}
+
+}  // namespace
+
+void ArgMax(const __half* x, int64_t valid, float* out, float* scratch, cudaStream_t stream) {
+  CHECK(valid >= 0 && valid < (int64_t{1} << 24)) << "ArgMax over " << valid << " values";
+  // Parts of at least 2,048 values (8 a thread), at most kArgMaxBlocks of them.
+  const int64_t per_block = std::max<int64_t>(2048, CeilDiv(valid, kArgMaxBlocks));
+  const int blocks = static_cast<int>(std::max<int64_t>(1, CeilDiv(valid, per_block)));
+  ArgMaxPartKernel<<<blocks, kArgThreads, 0, stream>>>(x, static_cast<int>(valid), static_cast<int>(per_block), scratch);
+  Q38_CUDA_LAUNCHED();
+  ArgMaxFinalKernel<<<1, kArgThreads, 0, stream>>>(scratch, blocks, out);
+  Q38_CUDA_LAUNCHED();
+}
+
+}  // namespace q38::cuda

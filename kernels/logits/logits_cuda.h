@@ -1,0 +1,20 @@
+// Logits reductions on the GPU (kernels/logits/logits.h).
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace q38::cuda {
+
+// Blocks of the first pass; scratch holds 2 · kArgMaxBlocks floats.
+constexpr int kArgMaxBlocks = 128;
+
+// out [2] = (the largest of x[0, valid), its index as a float), as cpu::ArgMax: NaN never wins,
+// ties to the lowest index, (−inf, −1) with nothing above −inf. Two kernels: up to kArgMaxBlocks
+// blocks each reduce a contiguous part to (value, index) in scratch, one block reduces those.
+// The result is the unique (largest, lowest index), whatever the order of the reductions.
+void ArgMax(const __half* x, int64_t valid, float* out, float* scratch, cudaStream_t stream);
+
+}  // namespace q38::cuda
