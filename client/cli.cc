@@ -170,7 +170,7 @@ int RunGenerate(const std::vector<std::string>& operands, const CliArgs& args, s
   }
   absl::StatusOr<v1::GenerateRequest> request = BuildGenerateRequest(args);
   if (!request.ok()) return Usage(err, cmd, std::string(request.status().message()));
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*args.server);
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*args.server, args.connect);
   if (!client.ok()) return Fail(err, cmd, client.status());
 
   std::optional<Seconds> timeout;
@@ -216,7 +216,7 @@ int RunHealth(const std::vector<std::string>& operands, const CliArgs& args, std
   if (absl::Status s = CheckServerCommand(operands, args, {"server", "timeout_s"}); !s.ok()) {
     return Usage(err, cmd, std::string(s.message()));
   }
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*args.server);
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*args.server, args.connect);
   if (!client.ok()) return Fail(err, cmd, client.status());
 
   bool serving = true;
@@ -284,7 +284,7 @@ int RunManifest(const std::vector<std::string>& operands, const CliArgs& args, s
       !s.ok()) {
     return Usage(err, cmd, std::string(s.message()));
   }
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*args.server);
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*args.server, args.connect);
   if (!client.ok()) return Fail(err, cmd, client.status());
   absl::StatusOr<v1::Manifest> manifest = (*client)->GetManifest(UnaryTimeout(args));
   if (!manifest.ok()) return Fail(err, cmd, manifest.status());
@@ -300,7 +300,7 @@ int RunInfo(const std::vector<std::string>& operands, const CliArgs& args, std::
   if (absl::Status s = CheckServerCommand(operands, args, {"server", "json", "timeout_s"}); !s.ok()) {
     return Usage(err, cmd, std::string(s.message()));
   }
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*args.server);
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*args.server, args.connect);
   if (!client.ok()) return Fail(err, cmd, client.status());
   absl::StatusOr<v1::Info> info = (*client)->GetInfo(UnaryTimeout(args));
   if (!info.ok()) return Fail(err, cmd, info.status());
@@ -359,7 +359,7 @@ int RunContractBenchCommand(const std::vector<std::string>& operands, const CliA
   }
   if (!operands.empty()) options.report_path = operands[0];
   if (args.timeout_s) options.timeout = Seconds(*args.timeout_s);
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*args.server);
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*args.server, args.connect);
   if (!client.ok()) return Fail(err, cmd, client.status());
   ContractBenchResult result =
       RunContractBench(**client, options, [&](const std::string& step) { err << "bench: " << step << "\n"; });
@@ -416,7 +416,7 @@ int RunBenchCommand(const std::vector<std::string>& operands, const CliArgs& arg
     options.prompt = *std::move(ids);
   }
 
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*args.server);
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(*args.server, args.connect);
   if (!client.ok()) return Fail(err, cmd, client.status());
   // Info and the manifest go into the report; Info also gives the vocabulary and the EOS ids a
   // synthetic prompt avoids.

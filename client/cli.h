@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/client.h"
 #include "q38/v1/q38.pb.h"
 
 namespace q38::client {
@@ -25,6 +26,7 @@ inline constexpr int kExitUsage = 64;
 // One field per flag. A flag is "given" when its optional holds a value or its bool is true.
 struct CliArgs {
   std::optional<std::string> server;
+  ConnectOptions connect;  // TLS and the API key (--tls_ca, --tls_server_name, --api_key_file)
   std::optional<std::string> tokens;          // "1,2,3"
   std::optional<std::string> text;
   std::optional<int> max_tokens;

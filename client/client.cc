@@ -1,6 +1,7 @@
 #include "client/client.h"
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/support/client_interceptor.h"
 
 namespace q38::client {
 namespace {
@@ -10,6 +11,32 @@ void SetDeadline(grpc::ClientContext& ctx, std::chrono::duration<double> timeout
                    std::chrono::duration_cast<std::chrono::system_clock::duration>(timeout));
 }
 
+// Adds "authorization: Bearer KEY" to the initial metadata of every call.
+class BearerInterceptor : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerInterceptor(const std::string& key) : value_("Bearer " + key) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->insert({"authorization", value_});
+    }
+    methods->Proceed();
+  }
+
+ private:
+  std::string value_;
+};
+
+class BearerFactory : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerFactory(std::string key) : key_(std::move(key)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(grpc::experimental::ClientRpcInfo*) override {
+    return new BearerInterceptor(key_);
+  }
+
+ private:
+  std::string key_;
+};
+
 }  // namespace
 
 absl::Status FromGrpc(const grpc::Status& status) {
@@ -17,9 +44,20 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address) {
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address, const ConnectOptions& options) {
   if (address.empty()) return absl::InvalidArgumentError("empty server address");
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  grpc::ChannelArguments args;
+  if (!options.tls_ca.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options.tls_ca;
+    credentials = grpc::SslCredentials(ssl);
+    if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
+  }
+  // The key rides every call as metadata, so it works over plaintext loopback as well as TLS.
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  if (!options.api_key.empty()) interceptors.push_back(std::make_unique<BearerFactory>(options.api_key));
+  auto channel = grpc::experimental::CreateCustomChannelWithInterceptors(address, credentials, args, std::move(interceptors));
   if (!channel) return absl::InvalidArgumentError(absl::StrCat("cannot use address ", address));
   return std::make_unique<Client>(std::move(channel));
 }

@@ -42,11 +42,18 @@ struct GenerateResult {
   std::vector<Arrival> arrivals;
 };
 
+// How to reach a server that wants TLS or an API key (q38-server --tls_cert, --api_key_file).
+struct ConnectOptions {
+  std::string tls_ca;           // PEM the server's certificate must chain to; empty: plaintext
+  std::string tls_server_name;  // the name to check the certificate against, if not the address's host
+  std::string api_key;          // sent as "authorization: Bearer KEY" on every call; empty: none
+};
+
 class Client {
  public:
   // `address` is anything grpc::CreateChannel takes: host:port, unix:/path. Nothing is dialed yet;
   // an unreachable server shows as UNAVAILABLE on the first call.
-  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& address);
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& address, const ConnectOptions& options = {});
   explicit Client(std::shared_ptr<grpc::Channel> channel);
 
   // Streams one request. `on_message` (optional) sees every message as it arrives, before the

@@ -1,8 +1,11 @@
 // `q38`: the command line of the q38 server (generate, health, manifest, info, bench, bundle). The
 // subcommands live in client/cli.cc; this file declares the flags and hands them over.
+#include <fstream>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -11,6 +14,9 @@
 #include "client/cli.h"
 
 ABSL_FLAG(std::optional<std::string>, server, std::nullopt, "server address: host:port or unix:/path");
+ABSL_FLAG(std::string, tls_ca, "", "connect over TLS, trusting this PEM certificate (the server's --tls_cert or its CA)");
+ABSL_FLAG(std::string, tls_server_name, "", "with --tls_ca: the name the certificate must carry, if not the host's");
+ABSL_FLAG(std::string, api_key_file, "", "send the first key in this file as \"authorization: Bearer KEY\"");
 ABSL_FLAG(std::optional<std::string>, tokens, std::nullopt, "prompt token ids, comma-separated");
 ABSL_FLAG(std::optional<std::string>, text, std::nullopt, "prompt text (the server tokenizes it)");
 ABSL_FLAG(std::optional<int>, max_tokens, std::nullopt, "tokens to generate at most");
@@ -57,6 +63,21 @@ int main(int argc, char** argv) {
 
   q38::client::CliArgs a;
   a.server = absl::GetFlag(FLAGS_server);
+  for (auto [flag, file, into] : {std::tuple{"--tls_ca", absl::GetFlag(FLAGS_tls_ca), &a.connect.tls_ca},
+                                  std::tuple{"--api_key_file", absl::GetFlag(FLAGS_api_key_file), &a.connect.api_key}}) {
+    if (file.empty()) continue;
+    std::ifstream in(file);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in || text.str().empty()) {
+      std::cerr << "q38: " << flag << ": cannot read " << file << "\n";
+      return 2;
+    }
+    *into = text.str();
+  }
+  // An API key file may list several keys; the first one is sent.
+  a.connect.api_key = a.connect.api_key.substr(0, a.connect.api_key.find('\n'));
+  a.connect.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
   a.tokens = absl::GetFlag(FLAGS_tokens);
   a.text = absl::GetFlag(FLAGS_text);
   a.max_tokens = absl::GetFlag(FLAGS_max_tokens);

@@ -8,8 +8,9 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgoogle-glog-dev libgflags-dev libgtest-dev libgmock-dev
   prometheus-cpp-dev prometheus libgloo-dev
-  libpcre2-dev libutf8proc-dev libssl-dev nlohmann-json3-dev
+  libpcre2-dev libutf8proc-dev libssl-dev nlohmann-json3-dev libcpp-httplib-dev
   python3-venv
+  clang libclang-rt-14-dev  # the libFuzzer harnesses (scripts/fuzz.sh): clang and its sanitizer/fuzzer runtimes
   python3-jsonschema python3-yaml
   systemd
 )

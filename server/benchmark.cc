@@ -60,6 +60,37 @@ std::vector<int32_t> Repeat(const std::vector<int32_t>& piece, int64_t length) {
 
 }  // namespace
 
+absl::StatusOr<std::vector<int32_t>> ReferenceTokens(const json& report, const std::string& name) {
+  // The report comes from a client: every access checks the type first, since nlohmann's getters
+  // throw on a mismatch and an exception here would end the server.
+  if (!report.is_object() || !report.contains("cases") || !report["cases"].is_array()) {
+    return absl::InvalidArgumentError("reference: not a benchmark report (no cases list)");
+  }
+  for (const json& c : report["cases"]) {
+    if (!c.is_object() || !c.contains("name") || c["name"] != name) continue;
+    if (!c.contains("runs") || !c["runs"].is_array() || c["runs"].empty() || !c["runs"][0].is_object() ||
+        !c["runs"][0].contains("token_ids") || !c["runs"][0]["token_ids"].is_array()) {
+      break;
+    }
+    const json& ids = c["runs"][0]["token_ids"];
+    std::vector<int32_t> out;
+    out.reserve(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const json& id = ids[i];
+      const bool in_range = id.is_number_unsigned() ? id.get<uint64_t>() <= INT32_MAX
+                                                    : id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX;
+      if (!in_range) {
+        return absl::InvalidArgumentError(absl::StrCat("reference: case ", name, " runs[0].token_ids[", i,
+                                                       "]: not a token id (an integer in [0, 2^31)), got ",
+                                                       id.is_number() ? id.dump() : id.type_name()));
+      }
+      out.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+    return out;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("reference: no case ", name, " with runs[0].token_ids"));
+}
+
 std::optional<size_t> FirstDifference(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   const auto [ia, ib] = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
   if (ia == a.end() && ib == b.end()) return std::nullopt;
@@ -98,19 +129,7 @@ absl::Status Benchmark::Validate() const {
     return absl::FailedPreconditionError("the contract's health checks need the checkpoint's chat template, which this build cannot render");
   }
   if (plan_.reference) {
-    const json& ref = *plan_.reference;
-    if (!ref.is_object() || !ref.contains("cases") || !ref["cases"].is_array()) {
-      return absl::InvalidArgumentError("reference: not a benchmark report (no cases list)");
-    }
-    for (int64_t length : Lengths()) {
-      const std::string name = absl::StrCat("fixed_", length);
-      bool found = false;
-      for (const json& c : ref["cases"]) {
-        found |= c.is_object() && c.value("name", "") == name && c.contains("runs") && c["runs"].is_array() &&
-                 !c["runs"].empty() && c["runs"][0].contains("token_ids") && c["runs"][0]["token_ids"].is_array();
-      }
-      if (!found) return absl::InvalidArgumentError(absl::StrCat("reference: no case ", name, " with runs[0].token_ids"));
-    }
+    for (int64_t length : Lengths()) RETURN_IF_ERROR(ReferenceTokens(*plan_.reference, absl::StrCat("fixed_", length)).status());
   }
   return absl::OkStatus();
 }
@@ -180,9 +199,7 @@ absl::Status Benchmark::RunCase(int64_t length) {
   const std::string name = absl::StrCat("fixed_", length);
   std::optional<std::vector<int32_t>> reference;
   if (plan_.reference) {
-    for (const json& c : (*plan_.reference)["cases"]) {
-      if (c.value("name", "") == name) reference = c["runs"][0]["token_ids"].get<std::vector<int32_t>>();
-    }
+    ASSIGN_OR_RETURN(reference, ReferenceTokens(*plan_.reference, name));
   }
   report_["cases"].push_back({{"name", name}, {"input_tokens", length}, {"prompt_sha256", HashIds(prompt)},
                               {"max_tokens", max_tokens}, {"warmup", nullptr}, {"runs", json::array()}});

@@ -89,6 +89,11 @@ class Benchmark {
   bool manifests_refreshed_ = false;
 };
 
+// The ids of case `name`'s first run (runs[0].token_ids) in a reference report, an earlier report
+// sent by a client. InvalidArgument naming what is wrong when the case is missing or an id is not
+// an integer in [0, 2^31); never throws.
+absl::StatusOr<std::vector<int32_t>> ReferenceTokens(const nlohmann::json& report, const std::string& name);
+
 // Where two token sequences first differ (the shorter length when one is a prefix of the other);
 // nullopt when equal.
 std::optional<size_t> FirstDifference(const std::vector<int32_t>& a, const std::vector<int32_t>& b);

@@ -11,6 +11,9 @@
 namespace q38 {
 namespace {
 
+// A benchmark holds the whole server; a bound keeps one call from holding it for days.
+constexpr int32_t kMaxBenchmarkRepeats = 100;
+
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 std::vector<BenchmarkCaseGauges> CaseGauges(const nlohmann::json& report) {
@@ -26,7 +29,7 @@ std::vector<BenchmarkCaseGauges> CaseGauges(const nlohmann::json& report) {
 
 }  // namespace
 
-void Q38Service::RunToCompletion(grpc::ServerContext* ctx, const std::shared_ptr<Job>& job) {
+void Q38Service::RunToCompletion(grpc::ServerContextBase* ctx, const std::shared_ptr<Job>& job) {
   std::unique_lock<std::mutex> l(job->mu);
   while (!job->cv.wait_for(l, std::chrono::milliseconds(20), [&] { return job->done; })) {
     if (ctx->IsCancelled()) {
@@ -37,12 +40,15 @@ void Q38Service::RunToCompletion(grpc::ServerContext* ctx, const std::shared_ptr
   }
 }
 
-grpc::Status Q38Service::Benchmark(grpc::ServerContext* ctx, const v1::BenchmarkRequest* req,
-                                   grpc::ServerWriter<v1::BenchmarkProgress>* writer) {
+grpc::Status Q38Service::DoBenchmark(grpc::ServerContextBase* ctx, const v1::BenchmarkRequest* req,
+                                     MessageWriter<v1::BenchmarkProgress>* writer) {
   absl::StatusOr<Contract> contract = ParseContract(req->contract_json());
   if (!contract.ok()) return ToGrpc(absl::InvalidArgumentError(absl::StrCat("contract_json: ", contract.status().message())));
   if (absl::Status s = CheckContract(*contract, manifest()); !s.ok()) return ToGrpc(s);
   if (req->repeats() < 0) return ToGrpc(absl::InvalidArgumentError("repeats: must not be negative"));
+  if (req->repeats() > kMaxBenchmarkRepeats) {
+    return ToGrpc(absl::InvalidArgumentError(absl::StrCat("repeats: at most ", kMaxBenchmarkRepeats, ", got ", req->repeats())));
+  }
   BenchmarkPlan plan;
   plan.contract = *contract;
   plan.contract_json = nlohmann::json::parse(req->contract_json());
@@ -106,10 +112,13 @@ grpc::Status Q38Service::Benchmark(grpc::ServerContext* ctx, const v1::Benchmark
   };
   class Benchmark bench(std::move(plan), run, refresh, on_step);
   if (absl::Status s = bench.Validate(); !s.ok()) return ToGrpc(s);
-  if (absl::Status s = scheduler_.BeginBenchmark(); !s.ok()) return ToGrpc(s);
-  metrics_.SetContract(contract->name, contract->sha256);
-  const absl::Status status = bench.Run();
-  scheduler_.EndBenchmark();
+  absl::Status status;
+  {
+    absl::StatusOr<BenchmarkHold> hold = scheduler_.BeginBenchmark();
+    if (!hold.ok()) return ToGrpc(hold.status());
+    metrics_.SetContract(contract->name, contract->sha256);
+    status = bench.Run();
+  }
   metrics_.SetLastBenchmark(CaseGauges(bench.report()), status.ok(), bench.report()["ended_unix"].get<double>());
   return ToGrpc(status);
 }

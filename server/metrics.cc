@@ -33,6 +33,7 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "server/metrics_https.h"
 
 namespace q38 {
 namespace {
@@ -308,6 +309,7 @@ struct Metrics::Impl {
   std::mutex exposer_mu;
   std::unique_ptr<prometheus::Exposer> exposer;
   std::optional<ExposerStopper> stopper;
+  std::unique_ptr<HttpsMetricsServer> https;  // instead of the exposer, with TLS
 
   ~Impl() {
     if (exposer != nullptr) stopper->Stop(std::move(exposer));  // before the collectables go
@@ -425,16 +427,26 @@ Metrics::Metrics(const BuildInfo& build) : impl_(std::make_unique<Impl>()) {
 
 Metrics::~Metrics() = default;
 
-absl::StatusOr<int> Metrics::Serve(const std::string& address) {
+absl::StatusOr<int> Metrics::Serve(const std::string& address, const std::string& tls_cert, const std::string& tls_key) {
   absl::StatusOr<ListenAddress> parsed = ParseListenAddress(address);
   if (!parsed.ok()) return parsed.status();
   std::lock_guard<std::mutex> lock(impl_->exposer_mu);
-  if (impl_->exposer != nullptr) {
+  if (impl_->exposer != nullptr || impl_->https != nullptr) {
     return absl::FailedPreconditionError("metrics endpoint is already serving");
+  }
+  if (!tls_cert.empty()) {
+    absl::StatusOr<std::unique_ptr<HttpsMetricsServer>> https =
+        HttpsMetricsServer::Start(address, tls_cert, tls_key, [this] { return Render(); });
+    if (!https.ok()) return https.status();
+    impl_->https = *std::move(https);
+    return impl_->https->port();
   }
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
-    exposer = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
+    // civetweb gives each connection a thread until it is closed or idle past the request timeout:
+    // enough threads and a short timeout keep a few idle clients from starving the scraper.
+    exposer = std::make_unique<prometheus::Exposer>(
+        std::vector<std::string>{"listening_ports", address, "num_threads", "16", "request_timeout_ms", "3000"});
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));

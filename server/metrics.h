@@ -71,8 +71,9 @@ class Metrics {
   // refused so that nothing listens on every interface by accident. InvalidArgument for a malformed
   // address, Unavailable when it cannot be bound, FailedPrecondition when already serving. The
   // endpoint also carries prometheus-cpp's own `exposer_*` scrape families. It stops, and frees the
-  // port, when the Metrics object is destroyed (within milliseconds).
-  absl::StatusOr<int> Serve(const std::string& address);
+  // port, when the Metrics object is destroyed (within milliseconds). With a PEM certificate and
+  // key it serves HTTPS (server/metrics_https.h).
+  absl::StatusOr<int> Serve(const std::string& address, const std::string& tls_cert = "", const std::string& tls_key = "");
 
   std::string Render() const;  // the text exposition, for tests and `q38 health`
 

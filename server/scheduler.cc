@@ -7,10 +7,14 @@
 #include "grpcpp/grpcpp.h"
 
 namespace q38 {
-Scheduler::Scheduler(Supervisor& supervisor, Metrics& metrics, size_t queue_size)
-    : supervisor_(supervisor), metrics_(metrics), queue_size_(queue_size), thread_([this] { Loop(); }) {}
+Scheduler::Scheduler(Supervisor& supervisor, Metrics& metrics, SchedulerOptions options)
+    : supervisor_(supervisor), metrics_(metrics), options_(std::move(options)), thread_([this] { Loop(); }) {}
 
 Scheduler::~Scheduler() { Stop(); }
+
+BenchmarkHold::~BenchmarkHold() {
+  if (s_ != nullptr) s_->EndBenchmark();
+}
 
 void Scheduler::Stop() {
   {
@@ -31,8 +35,8 @@ absl::Status Scheduler::Submit(std::shared_ptr<Job> job) {
     cv_.notify_all();
     return absl::OkStatus();
   }
-  if (queue_.size() >= queue_size_) {
-    return absl::ResourceExhaustedError(absl::StrCat("queue full (", queue_size_, " waiting)"));
+  if (queue_.size() >= options_.queue_size) {
+    return absl::ResourceExhaustedError(absl::StrCat("queue full (", options_.queue_size, " waiting)"));
   }
   queue_.push_back(std::move(job));
   metrics_.SetWaiting(static_cast<int>(queue_.size()));
@@ -40,13 +44,13 @@ absl::Status Scheduler::Submit(std::shared_ptr<Job> job) {
   return absl::OkStatus();
 }
 
-absl::Status Scheduler::BeginBenchmark() {
+absl::StatusOr<BenchmarkHold> Scheduler::BeginBenchmark() {
   std::lock_guard<std::mutex> l(mu_);
   if (draining_ || stopping_) return absl::UnavailableError("server is draining; not accepting requests");
-  if (!available_) return absl::UnavailableError("workers are not ready");
+  if (!available_ || paused_) return absl::UnavailableError("workers are not ready");
   if (benchmarking_) return absl::ResourceExhaustedError("a benchmark is already running");
   benchmarking_ = true;
-  return absl::OkStatus();
+  return BenchmarkHold(this);
 }
 
 void Scheduler::EndBenchmark() {
@@ -88,11 +92,15 @@ void Scheduler::Cancel(const std::shared_ptr<Job>& job, const std::string& by) {
     Finish(*job, "cancelled");
     return;
   }
-  // Rank 0 decides; it stops every rank in-band at the next step.
+  SendCancel(*job);  // and RunOne sends it again until the job ends
+}
+
+void Scheduler::SendCancel(const Job& job) {
+  // Rank 0 decides; it stops every rank in-band at the next step or prefill block.
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(250));
   worker::v1::CancelRequest req;
-  req.set_request_id(job->id);
+  req.set_request_id(job.id);
   worker::v1::CancelResponse resp;
   supervisor_.stub(0).Cancel(&ctx, req, &resp);
 }
@@ -103,7 +111,42 @@ void Scheduler::FailRunning(const std::string& why) {
     std::lock_guard<std::mutex> l(mu_);
     job = running_;
   }
-  if (job) Finish(*job, "error", absl::UnavailableError(why));
+  if (job) {
+    Finish(*job, "error", absl::UnavailableError(absl::StrCat("a worker failed during this request (", why,
+                                                              "); the request is lost: send it again")));
+  }
+}
+
+void Scheduler::Pause() {
+  std::lock_guard<std::mutex> l(mu_);
+  paused_ = true;
+}
+
+void Scheduler::Resume() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    paused_ = false;
+  }
+  cv_.notify_all();
+}
+
+void Scheduler::FailQueued(const absl::Status& error) {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    jobs.assign(queue_.begin(), queue_.end());
+    jobs.insert(jobs.end(), benchmark_queue_.begin(), benchmark_queue_.end());
+    queue_.clear();
+    benchmark_queue_.clear();
+    metrics_.SetWaiting(0);
+  }
+  cv_.notify_all();
+  for (auto& j : jobs) Finish(*j, "error", error);
+}
+
+bool Scheduler::draining() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return draining_;
 }
 
 void Scheduler::SetAvailable(bool up) {
@@ -144,7 +187,7 @@ void Scheduler::Loop() {
     {
       std::unique_lock<std::mutex> l(mu_);
       // A benchmark's requests go first; ordinary ones wait while a benchmark holds the scheduler.
-      cv_.wait(l, [&] { return stopping_ || !benchmark_queue_.empty() || (!benchmarking_ && !queue_.empty()); });
+      cv_.wait(l, [&] { return stopping_ || (!paused_ && (!benchmark_queue_.empty() || (!benchmarking_ && !queue_.empty()))); });
       if (stopping_) return;
       auto& q = benchmark_queue_.empty() ? queue_ : benchmark_queue_;
       job = q.front();
@@ -153,7 +196,12 @@ void Scheduler::Loop() {
       metrics_.SetWaiting(static_cast<int>(queue_.size()));
       metrics_.SetRunning(1);
     }
-    RunOne(job);
+    try {
+      RunOne(job);
+    } catch (const std::exception& e) {  // the job fails; the scheduler goes on
+      LOG(ERROR) << "request " << job->id << ": " << e.what();
+      Finish(*job, "error", absl::InternalError(absl::StrCat("internal error running the request: ", e.what())));
+    }
     {
       std::lock_guard<std::mutex> l(mu_);
       running_ = nullptr;
@@ -161,6 +209,13 @@ void Scheduler::Loop() {
     }
     cv_.notify_all();
   }
+}
+
+void Scheduler::GroupFailed(Job& job, const std::string& client_message, const std::string& why, int generation) {
+  LOG(ERROR) << "request " << job.id << ": " << why;
+  Finish(job, "error", absl::UnavailableError(client_message));
+  Pause();
+  if (options_.on_group_failure) options_.on_group_failure(why, generation);
 }
 
 void Scheduler::RunOne(const std::shared_ptr<Job>& job) {
@@ -172,9 +227,18 @@ void Scheduler::RunOne(const std::shared_ptr<Job>& job) {
   req.set_max_tokens(job->max_tokens);
   for (int32_t id : job->stop_ids) req.add_stop_token_ids(id);
   for (int32_t id : job->eos_ids) req.add_eos_token_ids(id);
-  const int tp = supervisor_.tp();
+  const int tp = supervisor_.tp(), generation = supervisor_.generation();
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts(tp);
   std::vector<grpc::Status> statuses(tp);
+  // Each rank's progress counter and when it last moved; the watchdog below reads them.
+  struct Watch {
+    uint64_t progress = 0;
+    Clock::time_point moved;
+    bool ended = false;
+  };
+  std::mutex watch_mu;
+  std::condition_variable watch_cv;
+  std::vector<Watch> watch(tp, Watch{0, Clock::now(), false});
   std::string finish_reason;
   std::vector<std::thread> readers;
   for (int r = 0; r < tp; ++r) {
@@ -183,12 +247,17 @@ void Scheduler::RunOne(const std::shared_ptr<Job>& job) {
       auto reader = supervisor_.stub(r).Run(contexts[r].get(), req);
       worker::v1::RunEvent ev;
       while (reader->Read(&ev)) {
+        const auto now = Clock::now();
+        {
+          std::lock_guard<std::mutex> l(watch_mu);
+          if (ev.progress() != watch[r].progress) watch[r] = {ev.progress(), now, false};
+        }
         if (r != 0) continue;
         if (ev.done()) {
           finish_reason = ev.finish_reason();
           continue;
         }
-        const auto now = Clock::now();
+        if (ev.token_ids_size() == 0) continue;  // a heartbeat
         std::lock_guard<std::mutex> l(job->mu);
         for (int32_t t : ev.token_ids()) {
           if (job->generated == 0) job->first_token = now;
@@ -199,17 +268,61 @@ void Scheduler::RunOne(const std::shared_ptr<Job>& job) {
         job->cv.notify_all();
       }
       statuses[r] = reader->Finish();
+      std::lock_guard<std::mutex> l(watch_mu);
+      watch[r].ended = true;
+      watch_cv.notify_all();
     });
   }
+  // The watchdog: a rank whose progress stands still past the step timeout is stuck (stopped,
+  // deadlocked, its device hung). A requested cancel is sent again until the job ends, so a rank
+  // that stalled through the first one still gets it.
+  int stuck = -1;
+  Clock::time_point cancel_sent;
+  {
+    std::unique_lock<std::mutex> l(watch_mu);
+    for (;;) {
+      if (std::all_of(watch.begin(), watch.end(), [](const Watch& w) { return w.ended; })) break;
+      const auto now = Clock::now();
+      for (int r = 0; r < tp && stuck < 0; ++r) {
+        if (!watch[r].ended && now - watch[r].moved > options_.step_timeout) stuck = r;
+      }
+      if (stuck >= 0) break;
+      bool cancel;
+      {
+        std::lock_guard<std::mutex> jl(job->mu);
+        cancel = job->cancel_requested && !job->done;
+      }
+      if (cancel && now - cancel_sent > std::chrono::milliseconds(250)) {
+        l.unlock();
+        SendCancel(*job);
+        l.lock();
+        cancel_sent = Clock::now();
+      }
+      watch_cv.wait_for(l, std::chrono::milliseconds(100));
+    }
+  }
+  if (stuck >= 0) {
+    for (auto& c : contexts) c->TryCancel();
+  }
   for (auto& t : readers) t.join();
+  if (stuck >= 0) {
+    const std::string what = absl::StrCat("rank ", stuck, " made no progress for ",
+                                          std::chrono::duration_cast<std::chrono::seconds>(options_.step_timeout).count(), " s");
+    GroupFailed(*job, absl::StrCat(what, "; the request was stopped and the workers are restarted by policy: send it again"),
+                what, generation);
+    return;
+  }
   for (int r = 0; r < tp; ++r) {
-    if (!statuses[r].ok()) {
-      LOG(ERROR) << "request " << job->id << ": rank " << r << " failed: " << statuses[r].error_message();
-      const bool client_error = statuses[r].error_code() == grpc::StatusCode::INVALID_ARGUMENT;
-      Finish(*job, "error", client_error ? absl::InvalidArgumentError(statuses[r].error_message())
-                                         : absl::UnavailableError(absl::StrCat("rank ", r, ": ", statuses[r].error_message())));
+    if (statuses[r].ok()) continue;
+    LOG(ERROR) << "request " << job->id << ": rank " << r << " failed: " << statuses[r].error_message();
+    if (statuses[r].error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      Finish(*job, "error", absl::InvalidArgumentError(statuses[r].error_message()));
       return;
     }
+    // The detail (sockets, ports, library sources) stays in the log; the client gets what it can act on.
+    GroupFailed(*job, "a worker failed during this request; the request is lost: send it again",
+                absl::StrCat("rank ", r, " failed: ", statuses[r].error_message()), generation);
+    return;
   }
   Finish(*job, finish_reason.empty() ? "error" : finish_reason,
          finish_reason.empty() ? absl::InternalError("rank 0 ended without a finish reason") : absl::OkStatus());

@@ -8,14 +8,17 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "server/metrics.h"
 #include "server/supervisor.h"
 
@@ -44,24 +47,55 @@ struct Job {
   int32_t generated = 0;
 };
 
+struct SchedulerOptions {
+  size_t queue_size = 16;
+  // A rank whose progress counter stands still this long while a request runs is stuck.
+  std::chrono::milliseconds step_timeout{60000};
+  // The group failed while running a request (a rank stuck, unreachable or failing): called with
+  // what happened and the supervisor's generation of the group. The scheduler has paused itself;
+  // whoever restarts the group resumes it.
+  std::function<void(const std::string& why, int generation)> on_group_failure;
+};
+
+class Scheduler;
+
+// Holds the scheduler for a benchmark from BeginBenchmark until it goes out of scope, on every path.
+class BenchmarkHold {
+ public:
+  explicit BenchmarkHold(Scheduler* s) : s_(s) {}
+  BenchmarkHold(BenchmarkHold&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+  BenchmarkHold& operator=(BenchmarkHold&&) = delete;
+  ~BenchmarkHold();
+
+ private:
+  Scheduler* s_;
+};
+
 class Scheduler {
  public:
-  Scheduler(Supervisor& supervisor, Metrics& metrics, size_t queue_size);
+  Scheduler(Supervisor& supervisor, Metrics& metrics, SchedulerOptions options);
   ~Scheduler();
 
   // RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE when draining or the group is down.
-  // Benchmark jobs are refused (FAILED_PRECONDITION) unless a benchmark holds the scheduler.
+  // While the group restarts (paused) requests still queue and run once it is back. Benchmark
+  // jobs are refused (FAILED_PRECONDITION) unless a benchmark holds the scheduler.
   absl::Status Submit(std::shared_ptr<Job> job);
-  // From now until EndBenchmark only benchmark jobs run (after the one running now, if any);
+  // Until the hold is dropped only benchmark jobs run (after the one running now, if any);
   // RESOURCE_EXHAUSTED while another benchmark holds it, UNAVAILABLE when draining or down.
-  absl::Status BeginBenchmark();
-  void EndBenchmark();
-  // Stops the job at the next step (running) or drops it from the queue (waiting).
+  absl::StatusOr<BenchmarkHold> BeginBenchmark();
+  // Stops the job at the next step or prefill block (running; the cancel is sent again until the
+  // job ends, so a stalled rank gets it when it resumes) or drops it from the queue (waiting).
   void Cancel(const std::shared_ptr<Job>& job, const std::string& by);
   // A worker died: the running job fails with UNAVAILABLE now, not when its collectives time out.
   void FailRunning(const std::string& why);
+  // While paused no job starts; queued jobs wait (the group is restarting).
+  void Pause();
+  void Resume();
+  // Fails every queued job with `error` (the group is gone for good).
+  void FailQueued(const absl::Status& error);
   // Stop admitting; true when the queue and the running request emptied before the deadline.
   bool Drain(Clock::time_point deadline);
+  bool draining() const;
   // Cancels everything still queued or running (after a drain deadline).
   void CancelAll(const std::string& by);
   void SetAvailable(bool up);
@@ -70,20 +104,26 @@ class Scheduler {
   void Stop();
 
  private:
+  friend class BenchmarkHold;
+  void EndBenchmark();
   void Loop();
   void RunOne(const std::shared_ptr<Job>& job);
+  // Rank 0 is asked to stop `job` (one try, bounded by a short deadline).
+  void SendCancel(const Job& job);
+  // RunOne's failure path: fails the job, pauses admission to the group and reports the failure.
+  void GroupFailed(Job& job, const std::string& client_message, const std::string& why, int generation);
   static void Finish(Job& job, const std::string& reason, absl::Status error = absl::OkStatus());
 
   Supervisor& supervisor_;
   Metrics& metrics_;
-  const size_t queue_size_;
+  const SchedulerOptions options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::deque<std::shared_ptr<Job>> benchmark_queue_;
   bool benchmarking_ = false;
   std::shared_ptr<Job> running_;
-  bool draining_ = false, stopping_ = false, available_ = false;
+  bool draining_ = false, stopping_ = false, available_ = false, paused_ = false;
   std::thread thread_;
 };
 

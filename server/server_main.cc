@@ -1,10 +1,7 @@
 // q38-server: the coordinator. Verifies its bundle (when given one) before spawning anything,
 // spawns one q38-worker per rank, checks that they form one build of one model (and the bundle's
 // libraries, and the contract), serves the gRPC API and /metrics, and on SIGTERM, SIGINT or
-// Admin.Shutdown drains and gives everything back. Exit codes: 0 graceful stop, 1 bad flags or
-// model config, 2 workers did not start, 3 workers disagree (ranks, build, model or libraries), 4 a
-// worker died and the policy is exit (or restarts ran out), 5 the workers deviate from --contract,
-// 20-26 the bundle is refused (deploy/bundle.h, docs/bundle.md).
+// Admin.Shutdown drains and gives everything back. Exit codes: common/exit_codes.h.
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,10 +16,12 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/config.h"
+#include "common/exit_codes.h"
 #include "common/sha256.h"
 #include "common/status.h"
 #include "glog/logging.h"
@@ -33,6 +32,7 @@
 #include "deploy/bundle.h"
 #include "server/contract.h"
 #include "server/group_check.h"
+#include "server/run_dir.h"
 #include "server/service.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory");
@@ -57,21 +57,45 @@ ABSL_FLAG(std::string, bundle, "", "run from this verified bundle (q38 bundle cr
 ABSL_FLAG(std::string, source, "", "with --bundle: also require this checkout's production tree to be the one built");
 ABSL_FLAG(std::string, contract, "", "serve under this contract file (deploy/contracts/): refuse to start when a worker deviates");
 ABSL_FLAG(std::vector<std::string>, worker_env, {}, "KEY=VALUE,... set in the workers' environment");
+ABSL_FLAG(int32_t, step_timeout_s, 60, "a rank whose progress stands still this long while a request runs is stuck: "
+          "the request fails and the group restarts by --restart_policy");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate: serve gRPC and /metrics over TLS (with --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert");
+ABSL_FLAG(std::string, api_key_file, "", "API keys, one per line: every public call must send one as \"authorization: Bearer KEY\" "
+          "(health checks stay open)");
+ABSL_FLAG(std::string, admin_key_file, "", "admin keys, one per line: Drain, Shutdown, Benchmark and the full manifest from "
+          "peers other than loopback");
+ABSL_FLAG(std::string, unix_socket, "", "also serve the API in plaintext on this Unix socket: local health checks and "
+          "admin calls next to a TLS --listen");
+ABSL_FLAG(bool, chat_special_tokens_in_content, false,
+          "special tokens typed in chat messages become control tokens, as in transformers' apply_chat_template "
+          "(off: only the chat template's own markers are control tokens)");
+ABSL_FLAG(bool, loopback_is_admin, true, "peers on loopback may make admin calls without the admin key (turn off "
+          "behind a reverse proxy on the same host)");
+ABSL_FLAG(bool, allow_insecure_public, false, "serve on an address other than loopback without TLS and an API key");
+ABSL_FLAG(int64_t, max_request_bytes, 0, "largest request accepted, checked before any parsing or tokenization "
+          "(0: 32 bytes per token of --max_context, at least 1 MiB)");
 
 namespace q38 {
 namespace {
 
-enum class Event { kShutdown, kDrain, kWorkerDied };
+enum class Event { kShutdown, kDrain, kGroupFailed };
 
-// Events for the control thread; signal handlers, RPCs and the reaper only post here.
+struct Posted {
+  Event event;
+  std::string detail;
+  int generation = 0;  // kGroupFailed: the group it happened to (a restart makes older ones stale)
+};
+
+// Events for the control thread; signal handlers, RPCs, the reaper and the scheduler only post here.
 class Control {
  public:
-  void Post(Event e, std::string detail = "") {
+  void Post(Event e, std::string detail = "", int generation = 0) {
     std::lock_guard<std::mutex> l(mu_);
-    events_.push_back({e, std::move(detail)});
+    events_.push_back({e, std::move(detail), generation});
     cv_.notify_all();
   }
-  std::pair<Event, std::string> Next() {
+  Posted Next() {
     std::unique_lock<std::mutex> l(mu_);
     cv_.wait(l, [&] { return !events_.empty(); });
     auto e = events_.front();
@@ -82,7 +106,7 @@ class Control {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::pair<Event, std::string>> events_;
+  std::deque<Posted> events_;
 };
 
 // VmRSS of a process in bytes (0 when it is gone).
@@ -132,33 +156,48 @@ absl::StatusOr<std::vector<int>> ParseGpus(const std::string& text, int tp) {
   return gpus;
 }
 
+// Loopback or a Unix socket: the address the defaults keep the server to.
+bool IsLoopbackAddress(const std::string& address) {
+  return absl::StartsWith(address, "127.") || absl::StartsWith(address, "[::1]") ||
+         absl::StartsWith(address, "localhost:") || absl::StartsWith(address, "unix:");
+}
+
 int Run() {
   const std::string model = absl::GetFlag(FLAGS_model), policy = absl::GetFlag(FLAGS_restart_policy);
   const std::string bundle_dir = absl::GetFlag(FLAGS_bundle);
   const int tp = absl::GetFlag(FLAGS_tp);
-  if (model.empty()) return LOG(ERROR) << "--model is required", 1;
-  if (tp < 1) return LOG(ERROR) << "--tp must be at least 1", 1;
-  if (absl::GetFlag(FLAGS_prefill_chunk) < 1) return LOG(ERROR) << "--prefill_chunk must be at least 1", 1;
-  if (policy != "exit" && policy != "restart") return LOG(ERROR) << "--restart_policy must be exit or restart", 1;
+  if (model.empty()) return LOG(ERROR) << "--model is required", kExitBadFlags;
+  if (tp < 1) return LOG(ERROR) << "--tp must be at least 1", kExitBadFlags;
+  if (absl::GetFlag(FLAGS_prefill_chunk) < 1) return LOG(ERROR) << "--prefill_chunk must be at least 1", kExitBadFlags;
+  if (absl::GetFlag(FLAGS_step_timeout_s) < 1) return LOG(ERROR) << "--step_timeout_s must be at least 1", kExitBadFlags;
+  if (policy != "exit" && policy != "restart") return LOG(ERROR) << "--restart_policy must be exit or restart", kExitBadFlags;
   const std::string device = absl::GetFlag(FLAGS_device);
-  if (device != "cpu" && device != "cuda") return LOG(ERROR) << "--device must be cpu or cuda", 1;
+  if (device != "cpu" && device != "cuda") return LOG(ERROR) << "--device must be cpu or cuda", kExitBadFlags;
   absl::StatusOr<std::vector<int>> gpus = ParseGpus(absl::GetFlag(FLAGS_gpus), tp);
-  if (!gpus.ok()) return LOG(ERROR) << gpus.status(), 1;
-  absl::StatusOr<ModelConfig> config = LoadModelConfig(model);
-  if (!config.ok()) return LOG(ERROR) << config.status(), 1;
-  absl::StatusOr<GenerationConfig> gen = LoadGenerationConfig(model);
-  if (!gen.ok()) return LOG(ERROR) << gen.status(), 1;
-  if (!absl::GetFlag(FLAGS_source).empty() && bundle_dir.empty()) return LOG(ERROR) << "--source goes with --bundle", 1;
+  if (!gpus.ok()) return LOG(ERROR) << gpus.status(), kExitBadFlags;
+  if (!absl::GetFlag(FLAGS_source).empty() && bundle_dir.empty()) return LOG(ERROR) << "--source goes with --bundle", kExitBadFlags;
+  const bool secured = !absl::GetFlag(FLAGS_tls_cert).empty() && !absl::GetFlag(FLAGS_api_key_file).empty();
+  if (!IsLoopbackAddress(absl::GetFlag(FLAGS_listen)) && !secured && !absl::GetFlag(FLAGS_allow_insecure_public)) {
+    return LOG(ERROR) << "--listen " << absl::GetFlag(FLAGS_listen) << " is not loopback: give --tls_cert, --tls_key and "
+                      << "--api_key_file, or --allow_insecure_public",
+           kExitBadFlags;
+  }
   std::optional<Contract> contract;
   if (const std::string file = absl::GetFlag(FLAGS_contract); !file.empty()) {
     absl::StatusOr<std::string> text = ReadFile(file);
     absl::StatusOr<Contract> parsed = text.ok() ? ParseContract(*text) : text.status();
-    if (!parsed.ok()) return LOG(ERROR) << "--contract " << file << ": " << parsed.status(), 1;
+    if (!parsed.ok()) return LOG(ERROR) << "--contract " << file << ": " << parsed.status(), kExitBadFlags;
     contract = *std::move(parsed);
   }
   for (const std::string& kv : absl::GetFlag(FLAGS_worker_env)) {
-    if (kv.find('=') == std::string::npos || kv.front() == '=') return LOG(ERROR) << "--worker_env: '" << kv << "' is not KEY=VALUE", 1;
+    if (kv.find('=') == std::string::npos || kv.front() == '=') {
+      return LOG(ERROR) << "--worker_env: '" << kv << "' is not KEY=VALUE", kExitBadFlags;
+    }
   }
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(model);
+  if (!config.ok()) return LOG(ERROR) << config.status(), kExitModelRefused;
+  absl::StatusOr<GenerationConfig> gen = LoadGenerationConfig(model);
+  if (!gen.ok()) return LOG(ERROR) << gen.status(), kExitModelRefused;
 
   // The bundle is verified before anything is spawned.
   std::string worker = absl::GetFlag(FLAGS_worker_binary);
@@ -183,12 +222,14 @@ int Run() {
     }
   }).detach();
 
-  std::string run_dir = absl::GetFlag(FLAGS_run_dir);
-  if (run_dir.empty()) {
-    run_dir = "/tmp/q38-run-XXXXXX";
-    if (mkdtemp(run_dir.data()) == nullptr) return LOG(ERROR) << "cannot create a run directory", 1;
-  }
-  std::filesystem::create_directories(run_dir);
+  // Run directories of coordinators that were killed outright go first; this one goes on every way out.
+  if (int stale = RemoveStaleRunDirs("/tmp"); stale > 0) LOG(INFO) << "removed " << stale << " stale run director(ies) in /tmp";
+  absl::StatusOr<RunDir> run_dir = RunDir::Create(absl::GetFlag(FLAGS_run_dir));
+  if (!run_dir.ok()) return LOG(ERROR) << run_dir.status(), kExitCannotServe;
+  absl::StatusOr<Access> access = Access::Load({absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                                                absl::GetFlag(FLAGS_api_key_file), absl::GetFlag(FLAGS_admin_key_file),
+                                                absl::GetFlag(FLAGS_loopback_is_admin)});
+  if (!access.ok()) return LOG(ERROR) << access.status(), kExitCannotServe;
   if (worker.empty()) {
     worker = (std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path() / "worker" / "q38-worker").string();
     if (!std::filesystem::exists(worker)) {
@@ -203,8 +244,8 @@ int Run() {
   Metrics metrics(build);
   metrics.SetServerState("starting");
   if (!absl::GetFlag(FLAGS_metrics).empty()) {
-    absl::StatusOr<int> port = metrics.Serve(absl::GetFlag(FLAGS_metrics));
-    if (!port.ok()) return LOG(ERROR) << port.status(), 1;
+    absl::StatusOr<int> port = metrics.Serve(absl::GetFlag(FLAGS_metrics), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key));
+    if (!port.ok()) return LOG(ERROR) << port.status(), kExitCannotServe;
     metrics_port = *port;
     LOG(INFO) << "metrics on " << absl::GetFlag(FLAGS_metrics) << " (port " << *port << ")";
   }
@@ -212,10 +253,12 @@ int Run() {
 
   std::vector<std::string> worker_env = absl::GetFlag(FLAGS_worker_env);
   if (!bundle_dir.empty()) worker_env.insert(worker_env.begin(), "LD_LIBRARY_PATH=" + bundle.dir + "/lib");
-  Supervisor supervisor({worker, model, device, *gpus, absl::GetFlag(FLAGS_decode_graph), run_dir, tp, max_context,
-                         absl::GetFlag(FLAGS_prefill_chunk), absl::GetFlag(FLAGS_comm_timeout_ms), worker_env},
-                        [&](int rank, const std::string& how) {
-                          control.Post(Event::kWorkerDied, absl::StrCat("rank ", rank, " ", how));
+  const std::chrono::milliseconds step_timeout(int64_t{absl::GetFlag(FLAGS_step_timeout_s)} * 1000);
+  const int heartbeat_ms = static_cast<int>(std::clamp<int64_t>(step_timeout.count() / 4, 50, 1000));
+  Supervisor supervisor({worker, model, device, *gpus, absl::GetFlag(FLAGS_decode_graph), run_dir->path(), tp, max_context,
+                         absl::GetFlag(FLAGS_prefill_chunk), absl::GetFlag(FLAGS_comm_timeout_ms), heartbeat_ms, worker_env},
+                        [&](int rank, const std::string& how, int generation) {
+                          control.Post(Event::kGroupFailed, absl::StrCat("rank ", rank, " ", how), generation);
                         });
   supervisor.OnLoadProgress([&](int rank, int done, int total) {
     LOG(INFO) << "rank " << rank << ": loaded " << done << "/" << total << " layers";
@@ -232,12 +275,12 @@ int Run() {
   };
   // The group checks; 0 or the exit code of the first that fails.
   auto check_group = [&]() -> int {
-    if (absl::Status s = CheckGroup(supervisor.infos(), tp); !s.ok()) return LOG(ERROR) << "refusing to serve: " << s, 3;
+    if (absl::Status s = CheckGroup(supervisor.infos(), tp); !s.ok()) return LOG(ERROR) << "refusing to serve: " << s, kExitGroupMismatch;
     if (!bundle_dir.empty()) {
       if (int code = Refused(CheckGroupAgainstBundle(supervisor.infos(), bundle))) return code;
     }
     if (contract) {
-      if (absl::Status s = CheckContract(*contract, served_manifest()); !s.ok()) return LOG(ERROR) << "refusing to serve: " << s, 5;
+      if (absl::Status s = CheckContract(*contract, served_manifest()); !s.ok()) return LOG(ERROR) << "refusing to serve: " << s, kExitContract;
     }
     return 0;
   };
@@ -246,7 +289,7 @@ int Run() {
     LOG(INFO) << "starting " << tp << " worker(s) of " << worker;
     if (absl::Status s = supervisor.Start(absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s))); !s.ok()) {
       LOG(ERROR) << "workers did not start: " << s;
-      return 2;
+      return absl::IsFailedPrecondition(s) ? kExitModelRefused : kExitWorkersNotStarted;
     }
     if (int code = check_group()) return code;
     for (int r = 0; r < tp; ++r) metrics.SetWorkerState(r, "ready");
@@ -264,17 +307,18 @@ int Run() {
     if (!t.ok()) {
       LOG(ERROR) << "tokenizer: " << t.status();
       supervisor.KillAll();
-      return 1;
+      return kExitModelRefused;
     }
     tokenizer = *std::move(t);
     if (tokenizer->vocab_size() > config->vocab_size) {
       LOG(ERROR) << "tokenizer has " << tokenizer->vocab_size() << " ids, the model " << config->vocab_size;
       supervisor.KillAll();
-      return 1;
+      return kExitModelRefused;
     }
   }
   ServiceInfo info;
   info.tokenizer = tokenizer.get();
+  info.chat_special_tokens_in_content = absl::GetFlag(FLAGS_chat_special_tokens_in_content);
   info.info.set_has_tokenizer(tokenizer != nullptr);
   info.limits = {config->vocab_size, max_context};
   info.eos_ids.assign(gen->eos_token_ids.begin(), gen->eos_token_ids.end());
@@ -295,31 +339,44 @@ int Run() {
   };
   if (contract) metrics.SetContract(contract->name, contract->sha256);
 
-  Scheduler scheduler(supervisor, metrics, absl::GetFlag(FLAGS_queue_size));
-  Q38Service api(scheduler, metrics, info);
-  AdminService admin([&] { control.Post(Event::kDrain); }, [&] { control.Post(Event::kShutdown); }, scheduler);
+  Scheduler scheduler(supervisor, metrics,
+                      {static_cast<size_t>(absl::GetFlag(FLAGS_queue_size)), step_timeout,
+                       [&](const std::string& why, int generation) { control.Post(Event::kGroupFailed, why, generation); }});
+  Q38Service api(scheduler, metrics, *access, info);
+  AdminService admin([&] { control.Post(Event::kDrain); }, [&] { control.Post(Event::kShutdown); }, scheduler, *access);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), access->ServerCredentials(), &port);
+  if (const std::string socket = absl::GetFlag(FLAGS_unix_socket); !socket.empty()) {
+    std::filesystem::remove(socket);  // a socket left by a killed server
+    builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+  }
+  // Oversized requests are refused by their length, before they are buffered, parsed or tokenized.
+  int64_t max_request = absl::GetFlag(FLAGS_max_request_bytes);
+  if (max_request <= 0) max_request = std::max<int64_t>(int64_t{1} << 20, 32 * max_context);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(max_request, INT32_MAX)));
   builder.RegisterService(&api);
   builder.RegisterService(&admin);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen);
     supervisor.Stop(absl::Seconds(5));
-    return 1;
+    return kExitCannotServe;
   }
   auto* health = server->GetHealthCheckService();
+  // Health, state and gauges; admission is the scheduler's (drain, and the queue that waits out a restart).
   auto set_serving = [&](bool up, const std::string& state) {
     health->SetServingStatus("q38.v1.Q38", up);
-    scheduler.SetAvailable(up);
     api.SetState(state);
     metrics.SetServerState(state);
   };
+  scheduler.SetAvailable(true);
   set_serving(true, "ready");
-  LOG(INFO) << "serving on port " << port << " (" << absl::GetFlag(FLAGS_listen) << "), TP " << tp;
+  int exit_code = 0, restarts = 0;
+  LOG(INFO) << "serving on port " << port << " (" << absl::GetFlag(FLAGS_listen) << "), TP " << tp
+            << (access->tls() ? ", TLS" : "") << (access->requires_api_key() ? ", API key required" : "");
   if (const std::string ready = absl::GetFlag(FLAGS_ready_file); !ready.empty()) {
     const std::string tmp = ready + ".tmp";
     std::ofstream(tmp) << absl::StrCat("{\"grpc_port\": ", port, ", \"metrics_port\": ", metrics_port, ", \"pid\": ", getpid(), "}\n");
@@ -341,35 +398,51 @@ int Run() {
       for (int i = 0; i < 20 && sampling.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
-  int exit_code = 0, restarts = 0;
+  // A failed group (a rank died, hung or failed a request) is restarted while the policy and the
+  // restarts left allow; requests wait in the queue meanwhile and run on the new group. A drain
+  // stays a drain across restarts.
+  auto restart_group = [&](const std::string& detail) -> bool {
+    LOG(ERROR) << "worker failure: " << detail;
+    scheduler.Pause();
+    set_serving(false, "loading");
+    scheduler.FailRunning(detail);
+    supervisor.KillAll();
+    for (int r = 0; r < tp; ++r) metrics.SetWorkerState(r, "dead");
+    while (policy == "restart" && restarts < absl::GetFlag(FLAGS_max_restarts)) {
+      const int backoff_ms = 500 << restarts++;
+      LOG(INFO) << "restarting the group in " << backoff_ms << " ms (restart " << restarts << ")";
+      std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+      if (start_group() == 0) {
+        const bool draining = scheduler.draining();
+        set_serving(!draining, draining ? "draining" : "ready");
+        scheduler.Resume();
+        return true;
+      }
+      supervisor.KillAll();
+    }
+    LOG(ERROR) << "giving up after a worker failure";
+    scheduler.SetAvailable(false);
+    scheduler.FailQueued(absl::UnavailableError("the server's workers failed and could not be restarted; the server is stopping"));
+    return false;
+  };
   for (bool stop = false; !stop;) {
-    auto [event, detail] = control.Next();
-    switch (event) {
+    Posted e = control.Next();
+    switch (e.event) {
       case Event::kDrain:
         LOG(INFO) << "draining: no new requests";
         set_serving(false, "draining");
         scheduler.Drain(Clock::now());
         break;
-      case Event::kWorkerDied: {
-        LOG(ERROR) << "worker failure: " << detail;
-        set_serving(false, "loading");
-        scheduler.FailRunning(detail);
-        supervisor.KillAll();
-        for (int r = 0; r < tp; ++r) metrics.SetWorkerState(r, "dead");
-        if (policy == "restart" && restarts < absl::GetFlag(FLAGS_max_restarts)) {
-          const int backoff_ms = 500 << restarts++;
-          LOG(INFO) << "restarting the group in " << backoff_ms << " ms (restart " << restarts << ")";
-          std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
-          if (start_group() == 0) {
-            set_serving(true, "ready");
-            break;
-          }
+      case Event::kGroupFailed:
+        if (e.generation != supervisor.generation()) {
+          LOG(INFO) << "already restarted past: " << e.detail;
+          break;
         }
-        LOG(ERROR) << "giving up after a worker failure";
-        exit_code = 4;
-        stop = true;
+        if (!restart_group(e.detail)) {
+          exit_code = kExitWorkerFailed;
+          stop = true;
+        }
         break;
-      }
       case Event::kShutdown:
         stop = true;
         break;
@@ -392,7 +465,6 @@ int Run() {
   for (int r = 0; r < tp; ++r) metrics.SetWorkerState(r, "stopped");
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   scheduler.Stop();
-  std::filesystem::remove_all(run_dir);
   LOG(INFO) << "stopped (exit code " << exit_code << ")";
   return exit_code;
 }

@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "server/rpc_guard.h"
 #include "server/text_stream.h"
 
 namespace q38 {
@@ -25,19 +26,21 @@ grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
-bool IsLocalPeer(const std::string& peer) {
-  return absl::StartsWith(peer, "unix:") || absl::StartsWith(peer, "ipv4:127.") || absl::StartsWith(peer, "ipv6:[::1]");
-}
-
 void Q38Service::SetState(const std::string& state) {
   std::lock_guard<std::mutex> l(mu_);
   info_.info.set_state(state);
 }
 
-grpc::Status Q38Service::GetInfo(grpc::ServerContext*, const v1::GetInfoRequest*, v1::Info* out) {
-  std::lock_guard<std::mutex> l(mu_);
-  *out = info_.info;
-  return grpc::Status::OK;
+grpc::ServerUnaryReactor* Q38Service::GetInfo(grpc::CallbackServerContext* call, const grpc::ByteBuffer* raw,
+                                               grpc::ByteBuffer* raw_out) {
+  return Unary<v1::GetInfoRequest, v1::Info>(call, raw, raw_out, [&](grpc::ServerContextBase& ctx, const auto&, v1::Info* out) {
+    return Guarded("GetInfo", [&] {
+      if (absl::Status s = access_.CheckUser(ctx); !s.ok()) return ToGrpc(s);
+      std::lock_guard<std::mutex> l(mu_);
+      *out = info_.info;
+      return grpc::Status::OK;
+    });
+  });
 }
 
 v1::Manifest Q38Service::manifest() {
@@ -45,9 +48,16 @@ v1::Manifest Q38Service::manifest() {
   return info_.manifest;
 }
 
-grpc::Status Q38Service::GetManifest(grpc::ServerContext*, const v1::GetManifestRequest*, v1::Manifest* out) {
-  *out = manifest();
-  return grpc::Status::OK;
+grpc::ServerUnaryReactor* Q38Service::GetManifest(grpc::CallbackServerContext* call, const grpc::ByteBuffer* raw,
+                                                   grpc::ByteBuffer* raw_out) {
+  return Unary<v1::GetManifestRequest, v1::Manifest>(
+      call, raw, raw_out, [&](grpc::ServerContextBase& ctx, const auto&, v1::Manifest* out) {
+        return Guarded("GetManifest", [&] {
+          if (absl::Status s = access_.CheckUser(ctx); !s.ok()) return ToGrpc(s);
+          *out = access_.IsAdmin(ctx) ? manifest() : RedactForClients(manifest());
+          return grpc::Status::OK;
+        });
+      });
 }
 
 absl::StatusOr<std::vector<int32_t>> Q38Service::Prompt(const v1::GenerateRequest& req) const {
@@ -56,31 +66,58 @@ absl::StatusOr<std::vector<int32_t>> Q38Service::Prompt(const v1::GenerateReques
   }
   const Tokenizer* tok = info_.tokenizer;
   if (tok == nullptr) return absl::FailedPreconditionError("input: this model ships no tokenizer; send tokens");
-  std::string text;
+  const char* field = req.input_case() == v1::GenerateRequest::kText ? "text: " : "chat: ";
+  absl::StatusOr<std::vector<int32_t>> ids;
   if (req.input_case() == v1::GenerateRequest::kText) {
-    text = req.text();
+    ids = tok->Encode(req.text());
   } else {
     std::vector<ChatMessage> messages;
     for (const auto& m : req.chat().messages()) messages.push_back({m.role(), m.content(), std::nullopt, false});
     ChatOptions options;
     options.add_generation_prompt = !req.chat().has_add_generation_prompt() || req.chat().add_generation_prompt();
     if (req.chat().has_enable_thinking()) options.enable_thinking = req.chat().enable_thinking();
-    absl::StatusOr<std::string> rendered = tok->ApplyChatTemplate(messages, options);
-    if (!rendered.ok()) {
-      return absl::Status(rendered.status().code(), absl::StrCat("chat: ", rendered.status().message()));
+    // Only the template's own markers are control tokens, so a message cannot end its turn or open
+    // a system turn by typing <|im_end|> (unless the operator asked for the old behaviour).
+    absl::StatusOr<std::vector<ChatSegment>> segments = tok->ApplyChatTemplateSegments(messages, options);
+    if (!segments.ok()) return absl::Status(segments.status().code(), absl::StrCat(field, segments.status().message()));
+    if (info_.chat_special_tokens_in_content) {
+      std::string text;
+      for (const ChatSegment& s : *segments) text += s.text;
+      ids = tok->Encode(text);
+    } else {
+      ids = tok->EncodeChat(*segments);
     }
-    text = *std::move(rendered);
   }
-  absl::StatusOr<std::vector<int32_t>> ids = tok->Encode(text);
-  if (!ids.ok()) {
-    return absl::Status(ids.status().code(),
-                        absl::StrCat(req.input_case() == v1::GenerateRequest::kText ? "text: " : "chat: ", ids.status().message()));
-  }
+  if (!ids.ok()) return absl::Status(ids.status().code(), absl::StrCat(field, ids.status().message()));
   return ids;
 }
 
-grpc::Status Q38Service::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
-                                  grpc::ServerWriter<v1::GenerateResponse>* writer) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* Q38Service::Generate(grpc::CallbackServerContext* call,
+                                                                 const grpc::ByteBuffer* raw) {
+  return new ThreadedStream<v1::GenerateRequest, v1::GenerateResponse>(
+      call, raw, [this](grpc::ServerContextBase& ctx, const v1::GenerateRequest& req, MessageWriter<v1::GenerateResponse>& writer) {
+        return Guarded("Generate", [&] {
+          if (absl::Status s = access_.CheckUser(ctx); !s.ok()) return ToGrpc(s);
+          return DoGenerate(&ctx, &req, &writer);
+        });
+      });
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* Q38Service::Benchmark(grpc::CallbackServerContext* call,
+                                                                  const grpc::ByteBuffer* raw) {
+  return new ThreadedStream<v1::BenchmarkRequest, v1::BenchmarkProgress>(
+      call, raw, [this](grpc::ServerContextBase& ctx, const v1::BenchmarkRequest& req, MessageWriter<v1::BenchmarkProgress>& writer) {
+        return Guarded("Benchmark", [&] {
+          if (absl::Status s = access_.CheckUser(ctx); !s.ok()) return ToGrpc(s);
+          // A benchmark holds the whole server: it is an operator's call.
+          if (absl::Status s = access_.CheckAdmin(ctx); !s.ok()) return ToGrpc(s);
+          return DoBenchmark(&ctx, &req, &writer);
+        });
+      });
+}
+
+grpc::Status Q38Service::DoGenerate(grpc::ServerContextBase* ctx, const v1::GenerateRequest* req,
+                                    MessageWriter<v1::GenerateResponse>* writer) {
   const Clock::time_point received = Clock::now();
   metrics_.RequestReceived();
   auto reject = [&](const absl::Status& s, const std::string& reason) {
@@ -200,20 +237,32 @@ grpc::Status Q38Service::Generate(grpc::ServerContext* ctx, const v1::GenerateRe
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::Drain(grpc::ServerContext* ctx, const v1::DrainRequest*, v1::DrainResponse* out) {
-  if (!IsLocalPeer(ctx->peer())) return {grpc::StatusCode::PERMISSION_DENIED, "admin calls only from loopback"};
-  scheduler_.Drain(Clock::now());  // admission stops before this call returns
-  drain_();                         // health and state follow on the control thread
-  out->set_in_flight(scheduler_.running());
-  out->set_waiting(scheduler_.waiting());
-  return grpc::Status::OK;
+grpc::ServerUnaryReactor* AdminService::Drain(grpc::CallbackServerContext* call, const grpc::ByteBuffer* raw,
+                                               grpc::ByteBuffer* raw_out) {
+  return Unary<v1::DrainRequest, v1::DrainResponse>(
+      call, raw, raw_out, [&](grpc::ServerContextBase& ctx, const auto&, v1::DrainResponse* out) {
+        return Guarded("Drain", [&] {
+          if (absl::Status s = access_.CheckAdmin(ctx); !s.ok()) return ToGrpc(s);
+          scheduler_.Drain(Clock::now());  // admission stops before this call returns
+          drain_();                         // health and state follow on the control thread
+          out->set_in_flight(scheduler_.running());
+          out->set_waiting(scheduler_.waiting());
+          return grpc::Status::OK;
+        });
+      });
 }
 
-grpc::Status AdminService::Shutdown(grpc::ServerContext* ctx, const v1::ShutdownRequest*, v1::ShutdownResponse*) {
-  if (!IsLocalPeer(ctx->peer())) return {grpc::StatusCode::PERMISSION_DENIED, "admin calls only from loopback"};
-  LOG(INFO) << "Shutdown requested by " << ctx->peer();
-  shutdown_();
-  return grpc::Status::OK;
+grpc::ServerUnaryReactor* AdminService::Shutdown(grpc::CallbackServerContext* call, const grpc::ByteBuffer* raw,
+                                                 grpc::ByteBuffer* raw_out) {
+  return Unary<v1::ShutdownRequest, v1::ShutdownResponse>(
+      call, raw, raw_out, [&](grpc::ServerContextBase& ctx, const auto&, v1::ShutdownResponse*) {
+        return Guarded("Shutdown", [&] {
+          if (absl::Status s = access_.CheckAdmin(ctx); !s.ok()) return ToGrpc(s);
+          LOG(INFO) << "Shutdown requested by " << ctx.peer();
+          shutdown_();
+          return grpc::Status::OK;
+        });
+      });
 }
 
 }  // namespace q38

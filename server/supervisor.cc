@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/exit_codes.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 
@@ -69,6 +70,7 @@ absl::Status Supervisor::Spawn(int rank, const std::string& rendezvous) {
       "--rendezvous=" + rendezvous,
       absl::StrCat("--group=g", generation_),
       absl::StrCat("--comm_timeout_ms=", options_.comm_timeout_ms),
+      absl::StrCat("--heartbeat_ms=", options_.heartbeat_ms),
       absl::StrCat("--max_context=", options_.max_context),
       absl::StrCat("--prefill_chunk=", options_.prefill_chunk),
       absl::StrCat("--parent_pid=", getpid()),
@@ -108,6 +110,7 @@ absl::Status Supervisor::Start(absl::Duration deadline) {
   {
     std::lock_guard<std::mutex> l(mu_);
     pids_.assign(options_.tp, 0);
+    exit_status_.assign(options_.tp, 0);
     stopping_ = false;
   }
   for (int r = 0; r < options_.tp; ++r) {
@@ -131,10 +134,7 @@ absl::Status Supervisor::Start(absl::Duration deadline) {
     int loaded = -1;
     absl::Time phase_since = absl::Now();
     for (;;) {
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        if (pids_[r] == 0) return absl::UnavailableError(absl::StrCat("rank ", r, " exited during startup (", phase, ")"));
-      }
+      if (absl::Status s = StartupExit(phase); !s.ok()) return s;
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
       worker::v1::GetInfoRequest req;
@@ -156,6 +156,19 @@ absl::Status Supervisor::Start(absl::Duration deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     LOG(INFO) << "rank " << r << " ready: pid " << infos_[r].manifest().pid() << ", " << infos_[r].manifest().communicator();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Supervisor::StartupExit(const std::string& phase) const {
+  std::lock_guard<std::mutex> l(mu_);
+  for (size_t r = 0; r < pids_.size(); ++r) {
+    if (pids_[r] != 0) continue;
+    const int status = exit_status_[r];
+    if (WIFEXITED(status) && WEXITSTATUS(status) == kWorkerExitModelRefused) {
+      return absl::FailedPreconditionError(absl::StrCat("rank ", r, " refused the checkpoint (its log says why)"));
+    }
+    return absl::UnavailableError(absl::StrCat("rank ", r, " ", DescribeExit(status), " during startup (", phase, ")"));
   }
   return absl::OkStatus();
 }
@@ -191,6 +204,7 @@ void Supervisor::Reap() {
         if (pids_[r] == pid) {
           rank = static_cast<int>(r);
           pids_[r] = 0;
+          exit_status_[r] = status;
         }
       }
       expected = stopping_;
@@ -201,7 +215,7 @@ void Supervisor::Reap() {
       LOG(INFO) << "rank " << rank << " (pid " << pid << ") " << how;
     } else {
       LOG(ERROR) << "rank " << rank << " (pid " << pid << ") " << how;
-      on_death_(rank, how);
+      on_death_(rank, how, generation_);
     }
   }
 }

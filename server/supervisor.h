@@ -29,6 +29,7 @@ struct SupervisorOptions {
   int64_t max_context = 4096;
   int64_t prefill_chunk = 8192;
   int comm_timeout_ms = 10000;
+  int heartbeat_ms = 1000;  // a running rank reports its progress at least this often
   // The workers' environment: this process's, with these KEY=VALUE entries set over it (a bundle's
   // LD_LIBRARY_PATH, --worker_env).
   std::vector<std::string> env;
@@ -36,7 +37,8 @@ struct SupervisorOptions {
 
 class Supervisor {
  public:
-  using DeathCallback = std::function<void(int rank, const std::string& how)>;
+  // Called on the reaper thread with the rank, how it ended, and the generation of its group.
+  using DeathCallback = std::function<void(int rank, const std::string& how, int generation)>;
   Supervisor(SupervisorOptions options, DeathCallback on_death);
   ~Supervisor();
 
@@ -60,6 +62,9 @@ class Supervisor {
 
  private:
   absl::Status Spawn(int rank, const std::string& rendezvous);
+  // A rank that exited while the group starts: FAILED_PRECONDITION when it refused the checkpoint,
+  // UNAVAILABLE otherwise; OK while all run.
+  absl::Status StartupExit(const std::string& phase) const;
   void Reap();
 
   SupervisorOptions options_;
@@ -68,6 +73,7 @@ class Supervisor {
   int generation_ = 0;
   mutable std::mutex mu_;
   std::vector<pid_t> pids_;  // 0 once reaped
+  std::vector<int> exit_status_;  // waitpid's status of each reaped rank
   bool stopping_ = false;
   int pipe_read_ = -1;   // inherited by every worker
   int pipe_write_ = -1;  // held open here only: a worker seeing EOF knows this process is gone

@@ -4,9 +4,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
 #include "google/protobuf/unknown_field_set.h"
+#include "server/tokenizer/utf8.h"
 
 namespace q38 {
 namespace {
@@ -37,6 +39,14 @@ void CollectUnknown(const Message& m, const std::string& path, std::vector<std::
 
 absl::Status Invalid(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+// Text fields must be UTF-8: a stop string that is not could never match the decoded stream, and
+// chat text would fail in the tokenizer at an offset of the rendered prompt instead of the field's.
+absl::Status CheckUtf8(const std::string& text, const std::string& field) {
+  const size_t bad = utf8::FindInvalid(text);
+  if (bad == utf8::kValid) return absl::OkStatus();
+  return Invalid(field, absl::StrCat("not valid UTF-8 (invalid sequence at byte ", bad, ")"));
 }
 
 }  // namespace
@@ -71,6 +81,13 @@ absl::Status ValidateGenerate(const v1::GenerateRequest& r, const ModelLimits& l
   }
   for (int i = 0; i < r.stop_size(); ++i) {
     if (r.stop(i).empty()) return Invalid(absl::StrCat("stop[", i, "]"), "empty stop string");
+    RETURN_IF_ERROR(CheckUtf8(r.stop(i), absl::StrCat("stop[", i, "]")));
+  }
+  if (r.has_text()) RETURN_IF_ERROR(CheckUtf8(r.text(), "text"));
+  for (int i = 0; i < r.chat().messages_size(); ++i) {
+    const auto& m = r.chat().messages(i);
+    RETURN_IF_ERROR(CheckUtf8(m.role(), absl::StrCat("chat.messages[", i, "].role")));
+    RETURN_IF_ERROR(CheckUtf8(m.content(), absl::StrCat("chat.messages[", i, "].content")));
   }
   return absl::OkStatus();
 }

@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
@@ -36,14 +39,39 @@ BackendManifest CpuBackendManifest(const Backend& backend) {
   return m;
 }
 
+std::string TensorDataDigest(const TensorStore& store, int threads, size_t chunk_bytes) {
+  std::vector<std::string_view> chunks;
+  for (const auto& f : store.files()) {
+    const std::string_view data = f->data();
+    for (size_t at = 0; at < data.size(); at += chunk_bytes) chunks.push_back(data.substr(at, chunk_bytes));
+  }
+  std::vector<std::string> digests(chunks.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < chunks.size();) {
+      digests[i] = Sha256Hex(absl::string_view(chunks[i].data(), chunks[i].size()));
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < std::min<int>(threads, static_cast<int>(chunks.size())); ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  std::string all;
+  for (const std::string& d : digests) all += d;
+  return Sha256Hex(all);
+}
+
 absl::StatusOr<ModelIdentity> IdentifyModel(const std::string& dir, const ModelConfig& config, const TensorStore& store,
-                                            bool experts_nvfp4) {
+                                            bool experts_nvfp4, int hash_threads) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(dir + "/config.json"));
   ModelIdentity m;
   m.model_type = config.model_type;
   m.experts = experts_nvfp4 ? "nvfp4" : "bf16";
   m.synthetic = nlohmann::json::parse(text, nullptr, false).contains("q38_synthetic");
   for (const auto& f : store.files()) text += f->header();
+  // The weights themselves, so that a corrupted byte changes what the manifest says ran.
+  if (hash_threads <= 0) hash_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  text += TensorDataDigest(store, hash_threads);
   m.fingerprint = Sha256Hex(text);
   return m;
 }

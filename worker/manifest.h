@@ -47,7 +47,7 @@ struct BackendManifest {
 struct ModelIdentity {
   std::string model_type;
   std::string experts;      // nvfp4, bf16
-  std::string fingerprint;  // SHA-256 over config.json and every tensor file's header
+  std::string fingerprint;  // SHA-256 over config.json, every tensor file's header and TensorDataDigest
   bool synthetic = false;   // config.json carries q38_synthetic (q38-make-checkpoint wrote it)
 };
 
@@ -71,8 +71,17 @@ struct WorkerManifest {
 // The CPU reference: the backend's activations, FP32 caches and state, one exact route, no graphs.
 BackendManifest CpuBackendManifest(const Backend& backend);
 
+// `hash_threads`: threads hashing the tensor data (0: the machine's cores, at most 8); the
+// fingerprint does not depend on it.
 absl::StatusOr<ModelIdentity> IdentifyModel(const std::string& dir, const ModelConfig& config, const TensorStore& store,
-                                            bool experts_nvfp4);
+                                            bool experts_nvfp4, int hash_threads = 0);
+
+// The bytes hashed per task of TensorDataDigest.
+inline constexpr size_t kTensorDataChunkBytes = size_t{16} << 20;
+// SHA-256 (hex) over the SHA-256 (hex) of every `chunk_bytes` chunk of every file's data section,
+// in file then chunk order; the chunks are hashed on `threads` threads, so the result is the same
+// for any thread count.
+std::string TensorDataDigest(const TensorStore& store, int threads, size_t chunk_bytes = kTensorDataChunkBytes);
 
 // pid, executable, build id and the mapped shared objects of this process.
 absl::Status GatherProcess(WorkerManifest& manifest);

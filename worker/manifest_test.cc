@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "common/sha256.h"
@@ -45,6 +48,56 @@ TEST(WorkerManifest, ModelIdentityFingerprintsConfigAndHeaders) {
   EXPECT_TRUE(id->synthetic);
   EXPECT_EQ(id->fingerprint.size(), 64u);
   EXPECT_EQ(IdentifyModel(dir, config, *store, false)->experts, "bf16");
+}
+
+// The fingerprint covers the weights: one flipped byte inside a tensor's data changes it, the same
+// bytes give the same fingerprint, and the thread count does not matter.
+TEST(WorkerManifest, ModelFingerprintCoversTensorData) {
+  const std::string dir = ::testing::TempDir() + "/manifest_data";
+  const std::string flipped = ::testing::TempDir() + "/manifest_data_flipped";
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(flipped);
+  ASSERT_TRUE(GenerateCheckpoint(TinyModelConfig(), {.seed = 3, .max_shard_bytes = 1 << 20}, dir).ok());
+  std::filesystem::copy(dir, flipped);
+  const ModelConfig config = *LoadModelConfig(dir);
+  auto store = *TensorStore::Open(dir);
+  ASSERT_GT(store->files().size(), 1u);  // sharded: several files in the digest
+
+  // One byte in the middle of the last file's last tensor, found through the parsed header.
+  const SafetensorsFile& last = *store->files().back();
+  const TensorView& tensor = last.tensors().back();
+  const size_t offset = 8 + last.header().size() + (tensor.data - reinterpret_cast<const uint8_t*>(last.data().data())) +
+                        tensor.nbytes / 2;
+  const std::string shard = flipped + "/" + std::filesystem::path(last.path()).filename().string();
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(offset);
+    const char c = static_cast<char>(f.get());
+    f.seekp(offset);
+    f.put(static_cast<char>(c ^ 0x01));
+  }
+  auto flipped_store = *TensorStore::Open(flipped);  // still a valid checkpoint: headers unchanged
+
+  const ModelIdentity a = *IdentifyModel(dir, config, *store, true);
+  EXPECT_EQ(IdentifyModel(dir, config, *TensorStore::Open(dir).value(), true)->fingerprint, a.fingerprint);
+  EXPECT_EQ(IdentifyModel(dir, config, *store, true, 1)->fingerprint, a.fingerprint);
+  const ModelIdentity b = *IdentifyModel(flipped, config, *flipped_store, true);
+  EXPECT_NE(b.fingerprint, a.fingerprint);
+  EXPECT_TRUE(b.synthetic);  // still marked as the generator's
+
+  // The digest's definition, with small chunks so that one file spans many, on 1 and 3 threads.
+  std::string digests;
+  for (const auto& f : store->files()) {
+    for (size_t at = 0; at < f->data().size(); at += 4096) {
+      const std::string_view chunk = f->data().substr(at, 4096);
+      digests += Sha256Hex(absl::string_view(chunk.data(), chunk.size()));
+    }
+  }
+  EXPECT_EQ(TensorDataDigest(*store, 1, 4096), Sha256Hex(digests));
+  EXPECT_EQ(TensorDataDigest(*store, 3, 4096), Sha256Hex(digests));
+  EXPECT_NE(TensorDataDigest(*flipped_store, 3, 4096), Sha256Hex(digests));
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(flipped);
 }
 
 TEST(WorkerManifest, ToProtoCarriesEveryField) {

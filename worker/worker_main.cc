@@ -14,6 +14,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "common/exit_codes.h"
 #include "common/status.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
@@ -36,6 +37,7 @@ ABSL_FLAG(int64_t, max_context, 4096, "the longest sequence (prompt + generated)
 ABSL_FLAG(int64_t, prefill_chunk, 8192, "prefill runs in chunks of at most this many tokens");
 ABSL_FLAG(int32_t, parent_pipe_fd, -1, "read end of a pipe whose writer is the coordinator; EOF means it died");
 ABSL_FLAG(int32_t, parent_pid, 0, "the coordinator's pid");
+ABSL_FLAG(int32_t, heartbeat_ms, 1000, "while a request runs, send the rank's progress at least this often");
 
 namespace q38 {
 namespace {
@@ -137,16 +139,19 @@ class WorkerService final : public wv1::Worker::Service {
       finished = true;
       cv.notify_one();
     });
+    // Every rank also sends its progress at least once per heartbeat, so the coordinator can tell
+    // a rank that computes from one that is stuck.
     for (bool done = false; !done;) {
       wv1::RunEvent ev;
       {
         std::unique_lock<std::mutex> l(mu);
-        cv.wait(l, [&] { return finished || !pending.empty(); });
+        cv.wait_for(l, heartbeat_, [&] { return finished || !pending.empty(); });
         ev.mutable_token_ids()->Add(pending.begin(), pending.end());
         pending.clear();
         done = finished;
       }
-      if (ev.token_ids_size() > 0) writer->Write(ev);
+      ev.set_progress(engine_ptr->progress());
+      if (!done || ev.token_ids_size() > 0) writer->Write(ev);
     }
     engine.join();
     current_.store(0);
@@ -164,6 +169,7 @@ class WorkerService final : public wv1::Worker::Service {
     }
     wv1::RunEvent done;
     done.set_done(true);
+    done.set_progress(engine_ptr->progress());
     done.set_finish_reason(r->finish_reason);
     done.set_prefill_seconds(r->prefill_seconds);
     writer->Write(done);
@@ -196,6 +202,7 @@ class WorkerService final : public wv1::Worker::Service {
   Engine* engine_ = nullptr;
   const int rank_ = absl::GetFlag(FLAGS_rank);
   const int64_t prefill_chunk_ = absl::GetFlag(FLAGS_prefill_chunk);
+  const std::chrono::milliseconds heartbeat_{absl::GetFlag(FLAGS_heartbeat_ms)};
   std::mutex run_mu_;
   std::atomic<uint64_t> current_{0};
   std::atomic<bool> cancel_{false};
@@ -203,6 +210,14 @@ class WorkerService final : public wv1::Worker::Service {
   std::condition_variable stop_cv_;
   bool stop_ = false;
 };
+
+bool model_refused = false;
+
+// Marks a failure as the checkpoint's own (exit code kWorkerExitModelRefused).
+absl::Status ModelRefused(absl::Status s) {
+  model_refused = true;
+  return s;
+}
 
 absl::Status Main() {
   DieWithParent();
@@ -234,8 +249,12 @@ absl::Status Main() {
     service.RequestStop();
   }).detach();
 
-  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
-  ASSIGN_OR_RETURN(std::unique_ptr<TensorStore> store, TensorStore::Open(dir));
+  absl::StatusOr<ModelConfig> loaded_config = LoadModelConfig(dir);
+  if (!loaded_config.ok()) return ModelRefused(loaded_config.status());
+  const ModelConfig& config = *loaded_config;
+  absl::StatusOr<std::unique_ptr<TensorStore>> opened = TensorStore::Open(dir);
+  if (!opened.ok()) return ModelRefused(opened.status());
+  std::unique_ptr<TensorStore> store = *std::move(opened);
   ASSIGN_OR_RETURN(RankDevice device,
                    OpenRankDevice({.rank = rank, .world = world, .device = absl::GetFlag(FLAGS_device),
                                    .gpu = absl::GetFlag(FLAGS_gpu), .rendezvous = absl::GetFlag(FLAGS_rendezvous),
@@ -245,9 +264,15 @@ absl::Status Main() {
   LOG(INFO) << "rank " << rank << "/" << world << " on " << device.description << ": communicator " << comm->version()
             << " ready; loading " << dir;
   service.SetLoading(0, config.num_layers);
-  ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(config, *store, *backend, {rank, world},
-                                                     [&](int done, int total) { service.SetLoading(done, total); }));
-  Model model(config, std::move(weights), *backend, *comm, {.decode_graph = absl::GetFlag(FLAGS_decode_graph)});
+  absl::StatusOr<ModelWeights> weights = LoadWeights(config, *store, *backend, {rank, world},
+                                                    [&](int done, int total) { service.SetLoading(done, total); });
+  // Out of memory or a device fault is not the checkpoint's fault.
+  if (!weights.ok() && !absl::IsResourceExhausted(weights.status()) && !absl::IsUnavailable(weights.status()) &&
+      !absl::IsInternal(weights.status())) {
+    return ModelRefused(weights.status());
+  }
+  if (!weights.ok()) return weights.status();
+  Model model(config, *std::move(weights), *backend, *comm, {.decode_graph = absl::GetFlag(FLAGS_decode_graph)});
   const int64_t max_context = std::min<int64_t>(absl::GetFlag(FLAGS_max_context), config.max_position_embeddings);
   Engine engine(model, max_context, config.vocab_size);
 
@@ -283,7 +308,7 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   if (absl::Status s = q38::Main(); !s.ok()) {
     LOG(ERROR) << "q38-worker: " << s;
-    return 1;
+    return q38::model_refused ? q38::kWorkerExitModelRefused : 1;
   }
   return 0;
 }

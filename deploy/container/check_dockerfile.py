@@ -48,14 +48,18 @@ def problems(text):
     if len(users) != 1 or not re.fullmatch(r"[1-9]\d*(:[1-9]\d*)?", users[0]):
         found.append("not one numeric non-root USER: %s" % users)
     health = get("HEALTHCHECK")
-    if len(health) != 1 or not re.search(r'CMD \["%s/bin/q38", "health", "--server=127\.0\.0\.1:50051"'
+    if len(health) != 1 or not re.search(r'CMD \["%s/bin/q38", "health", "--server=unix:/var/lib/q38/q38.sock"'
                                          % re.escape(BUNDLE), health[0]):
-        found.append("the health check is not the bundle's `q38 health` on the gRPC port")
+        found.append("the health check is not the bundle's `q38 health` on the server's Unix socket")
     if get("STOPSIGNAL") != ["SIGTERM"]:
         found.append("STOPSIGNAL is not SIGTERM")
     entry = " ".join(get("ENTRYPOINT"))
     if not entry.startswith('["%s/bin/q38-server", "--bundle=%s"' % (BUNDLE, BUNDLE)):
         found.append("the entrypoint is not the bundle's q38-server with --bundle")
+    if "0.0.0.0" in entry and not all(f in entry for f in ("--tls_cert=", "--tls_key=", "--api_key_file=")):
+        found.append("the entrypoint listens on every interface without TLS and an API key")
+    if "--unix_socket=/var/lib/q38/q38.sock" not in entry:
+        found.append("the entrypoint serves no Unix socket for the health check")
     if "LD_LIBRARY_PATH=%s/lib" % BUNDLE not in " ".join(get("ENV")):
         found.append("LD_LIBRARY_PATH does not start with the bundle's lib/")
     return found

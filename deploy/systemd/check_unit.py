@@ -118,7 +118,7 @@ def policy_problems(unit, sysusers_text):
     if one("Restart") != "on-failure":
         problems.append("Restart is not on-failure")
     prevented = set(" ".join(service.get("RestartPreventExitStatus", [])).split())
-    wanted = {"1", "3", "5"} | {str(c) for c in range(20, 27)}
+    wanted = {"1", "3", "5", "6", "7"} | {str(c) for c in range(20, 27)}  # common/exit_codes.h
     if prevented != wanted:
         problems.append("RestartPreventExitStatus is %s, not %s" % (sorted(prevented), sorted(wanted)))
 

@@ -65,6 +65,13 @@ absl::StatusOr<AddedTokenMatcher> AddedTokenMatcher::Create(std::vector<std::str
 absl::Status AddedTokenMatcher::Split(std::string_view text, bool match_special,
                                       absl::FunctionRef<void(std::string_view)> on_text,
                                       absl::FunctionRef<void(int32_t)> on_token) const {
+  return SplitWhere(text, [match_special](size_t, size_t) { return match_special; }, on_text, on_token);
+}
+
+absl::Status AddedTokenMatcher::SplitWhere(std::string_view text,
+                                           absl::FunctionRef<bool(size_t begin, size_t end)> special_ok,
+                                           absl::FunctionRef<void(std::string_view)> on_text,
+                                           absl::FunctionRef<void(int32_t)> on_token) const {
   if (tokens_.empty() || text.empty()) {
     on_text(text);
     return absl::OkStatus();
@@ -77,7 +84,7 @@ absl::Status AddedTokenMatcher::Split(std::string_view text, bool match_special,
     if (!found) break;
     search_from = me;
     const AddedToken& token = *by_pattern_.at(text.substr(ms, me - ms));
-    if (token.special && !match_special) continue;
+    if (token.special && !special_ok(ms, me)) continue;
     size_t start = ms, stop = me;
     if (needs_word_rules_) {
       if (token.single_word) {

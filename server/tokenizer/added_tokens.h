@@ -41,6 +41,11 @@ class AddedTokenMatcher {
   absl::Status Split(std::string_view text, bool match_special,
                      absl::FunctionRef<void(std::string_view)> on_text,
                      absl::FunctionRef<void(int32_t)> on_token) const;
+  // The same, taking a special token found at bytes [begin, end) of `text` only when
+  // special_ok(begin, end) (chat: only in the template's own text).
+  absl::Status SplitWhere(std::string_view text, absl::FunctionRef<bool(size_t begin, size_t end)> special_ok,
+                          absl::FunctionRef<void(std::string_view)> on_text,
+                          absl::FunctionRef<void(int32_t)> on_token) const;
 
   bool empty() const { return tokens_.empty(); }
 

@@ -31,10 +31,29 @@ std::string_view BeforeFirst(std::string_view s, std::string_view sep) {
   return at == std::string_view::npos ? s : s.substr(0, at);
 }
 
+// Appends rendered text, remembering which stretches came from messages.
+class ChatWriter {
+ public:
+  // The template's own text.
+  ChatWriter& operator+=(std::string_view text) { return Add(text, true); }
+  // Text from a message (content, reasoning, tool output).
+  ChatWriter& Content(std::string_view text) { return Add(text, false); }
+  std::vector<ChatSegment> Take() { return std::move(segments_); }
+
+ private:
+  ChatWriter& Add(std::string_view text, bool from_template) {
+    if (text.empty()) return *this;
+    if (segments_.empty() || segments_.back().from_template != from_template) segments_.push_back({"", from_template});
+    segments_.back().text.append(text);
+    return *this;
+  }
+  std::vector<ChatSegment> segments_;
+};
+
 // The Qwen3 template: system prompt first, thinking blocks kept only on assistant turns after
 // the last real user query, tool results folded into user turns.
-absl::StatusOr<std::string> RenderQwen3(absl::Span<const ChatMessage> messages,
-                                        const ChatOptions& options) {
+absl::StatusOr<std::vector<ChatSegment>> RenderQwen3(absl::Span<const ChatMessage> messages,
+                                                     const ChatOptions& options) {
   if (options.has_tools) {
     return absl::UnimplementedError("qwen3 chat template: tool definitions are not supported by the native renderer");
   }
@@ -51,9 +70,9 @@ absl::StatusOr<std::string> RenderQwen3(absl::Span<const ChatMessage> messages,
     }
   }
 
-  std::string out;
+  ChatWriter out;
   if (messages[0].role == "system") {
-    absl::StrAppend(&out, "<|im_start|>system\n", messages[0].content, "<|im_end|>\n");
+    (out += "<|im_start|>system\n").Content(messages[0].content) += "<|im_end|>\n";
   }
   // The last user message that is not only a tool response.
   size_t last_query = messages.size() - 1;
@@ -69,7 +88,7 @@ absl::StatusOr<std::string> RenderQwen3(absl::Span<const ChatMessage> messages,
     const ChatMessage& m = messages[i];
     const bool last = i + 1 == messages.size();
     if (m.role == "user" || (m.role == "system" && i != 0)) {
-      absl::StrAppend(&out, "<|im_start|>", m.role, "\n", m.content, "<|im_end|>\n");
+      (out += absl::StrCat("<|im_start|>", m.role, "\n")).Content(m.content) += "<|im_end|>\n";
     } else if (m.role == "assistant") {
       std::string_view content = m.content;
       std::string_view reasoning;
@@ -81,17 +100,17 @@ absl::StatusOr<std::string> RenderQwen3(absl::Span<const ChatMessage> messages,
       }
       if (i > last_query && (last || !reasoning.empty())) {
         out += "<|im_start|>assistant\n<think>\n";
-        out += Strip(reasoning, '\n');
+        out.Content(Strip(reasoning, '\n'));
         out += "\n</think>\n\n";
-        out += LStrip(content, '\n');
+        out.Content(LStrip(content, '\n'));
       } else {
         out += "<|im_start|>assistant\n";
-        out += content;
+        out.Content(content);
       }
       out += "<|im_end|>\n";
     } else if (m.role == "tool") {
       if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
-      absl::StrAppend(&out, "\n<tool_response>\n", m.content, "\n</tool_response>");
+      (out += "\n<tool_response>\n").Content(m.content) += "\n</tool_response>";
       if (last || messages[i + 1].role != "tool") out += "<|im_end|>\n";
     }
   }
@@ -101,7 +120,7 @@ absl::StatusOr<std::string> RenderQwen3(absl::Span<const ChatMessage> messages,
       out += "<think>\n\n</think>\n\n";
     }
   }
-  return out;
+  return out.Take();
 }
 
 }  // namespace
@@ -120,8 +139,8 @@ ChatTemplateKind IdentifyChatTemplate(std::string_view jinja_source) {
   return ChatTemplateKind::kUnknown;
 }
 
-absl::StatusOr<std::string> RenderChat(ChatTemplateKind kind, absl::Span<const ChatMessage> messages,
-                                       const ChatOptions& options) {
+absl::StatusOr<std::vector<ChatSegment>> RenderChatSegments(ChatTemplateKind kind, absl::Span<const ChatMessage> messages,
+                                                            const ChatOptions& options) {
   switch (kind) {
     case ChatTemplateKind::kQwen3:
       return RenderQwen3(messages, options);
@@ -129,6 +148,15 @@ absl::StatusOr<std::string> RenderChat(ChatTemplateKind kind, absl::Span<const C
       break;
   }
   return absl::FailedPreconditionError("chat template is not one this build renders natively");
+}
+
+absl::StatusOr<std::string> RenderChat(ChatTemplateKind kind, absl::Span<const ChatMessage> messages,
+                                       const ChatOptions& options) {
+  absl::StatusOr<std::vector<ChatSegment>> segments = RenderChatSegments(kind, messages, options);
+  if (!segments.ok()) return segments.status();
+  std::string out;
+  for (const ChatSegment& s : *segments) out += s.text;
+  return out;
 }
 
 }  // namespace q38

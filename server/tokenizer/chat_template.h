@@ -32,6 +32,14 @@ struct ChatOptions {
   bool has_tools = false;
 };
 
+// One stretch of a rendered chat: the template's own text (role markers, think tags) or text that
+// came from a message. Tokenizer::EncodeChat matches special tokens only in the template's own
+// text, so a message cannot forge a control token by typing it.
+struct ChatSegment {
+  std::string text;
+  bool from_template = false;
+};
+
 enum class ChatTemplateKind {
   kUnknown,
   kQwen3,  // the Qwen3 hybrid-thinking template
@@ -46,5 +54,9 @@ uint64_t ChatTemplateFingerprint(std::string_view jinja_source);
 // What transformers' apply_chat_template(messages, tokenize=False, ...) returns for `kind`.
 absl::StatusOr<std::string> RenderChat(ChatTemplateKind kind, absl::Span<const ChatMessage> messages,
                                        const ChatOptions& options);
+// The same text cut into segments by origin (adjacent segments of one origin merged); their
+// concatenation is RenderChat's text.
+absl::StatusOr<std::vector<ChatSegment>> RenderChatSegments(ChatTemplateKind kind, absl::Span<const ChatMessage> messages,
+                                                            const ChatOptions& options);
 
 }  // namespace q38

@@ -1,5 +1,7 @@
 #include "server/tokenizer/tokenizer.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 #include "common/status.h"
 #include "server/tokenizer/normalizer.h"
@@ -27,17 +29,45 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
 
 absl::Status Tokenizer::EncodeTo(std::string_view text, EncodeOptions options,
                                  std::vector<int32_t>* ids) const {
+  const bool match = options.match_special_tokens;
+  return EncodeWhere(text, [match](size_t, size_t) { return match; }, ids);
+}
+
+absl::StatusOr<std::vector<int32_t>> Tokenizer::EncodeChat(absl::Span<const ChatSegment> segments) const {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> plain;  // [begin, end) of each message stretch, ascending
+  for (const ChatSegment& s : segments) {
+    if (!s.from_template) plain.emplace_back(text.size(), text.size() + s.text.size());
+    text += s.text;
+  }
+  auto special_ok = [&plain](size_t begin, size_t end) {
+    // Only the first message stretch ending after `begin` can overlap [begin, end).
+    auto it = std::upper_bound(plain.begin(), plain.end(), begin,
+                               [](size_t b, const std::pair<size_t, size_t>& r) { return b < r.second; });
+    return it == plain.end() || it->first >= end;
+  };
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  RETURN_IF_ERROR(EncodeWhere(text, special_ok, &ids));
+  return ids;
+}
+
+absl::Status Tokenizer::EncodeWhere(std::string_view text, absl::FunctionRef<bool(size_t, size_t)> special_ok,
+                                    std::vector<int32_t>* ids) const {
   const size_t bad = utf8::FindInvalid(text);
   if (bad != utf8::kValid) {
     return absl::InvalidArgumentError(
         absl::StrFormat("text to encode is not valid UTF-8 (invalid sequence at byte %d)", bad));
   }
   absl::Status piece_status = absl::OkStatus();
-  RETURN_IF_ERROR(s_->raw_matcher.Split(
-      text, options.match_special_tokens,
+  RETURN_IF_ERROR(s_->raw_matcher.SplitWhere(
+      text, special_ok,
       [&](std::string_view piece) {
         if (piece_status.ok()) {
-          piece_status = EncodeNormalizedPiece(piece, options.match_special_tokens, ids);
+          // Tokens matched after normalization have no offsets in `text`: they are special only
+          // where the whole piece may hold special tokens.
+          const size_t at = static_cast<size_t>(piece.data() - text.data());
+          piece_status = EncodeNormalizedPiece(piece, special_ok(at, at + piece.size()), ids);
         }
       },
       [&](int32_t id) { ids->push_back(id); }));
@@ -93,8 +123,7 @@ bool Tokenizer::IsSpecial(int32_t id) const {
   return id >= 0 && id < vocab_size() && (s_->flags[id] & State::kSpecial);
 }
 
-absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(absl::Span<const ChatMessage> messages,
-                                                         const ChatOptions& options) const {
+absl::Status Tokenizer::CheckChatTemplate() const {
   if (s_->chat_template.empty()) {
     return absl::FailedPreconditionError("the tokenizer has no chat template (tokenizer_config.json)");
   }
@@ -103,7 +132,19 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(absl::Span<const ChatMe
         "the chat template (fingerprint %016x) is not one this build renders natively (known: qwen3)",
         ChatTemplateFingerprint(s_->chat_template)));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(absl::Span<const ChatMessage> messages,
+                                                         const ChatOptions& options) const {
+  RETURN_IF_ERROR(CheckChatTemplate());
   return RenderChat(s_->chat_kind, messages, options);
+}
+
+absl::StatusOr<std::vector<ChatSegment>> Tokenizer::ApplyChatTemplateSegments(absl::Span<const ChatMessage> messages,
+                                                                              const ChatOptions& options) const {
+  RETURN_IF_ERROR(CheckChatTemplate());
+  return RenderChatSegments(s_->chat_kind, messages, options);
 }
 
 }  // namespace q38

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "server/tokenizer/chat_template.h"
@@ -50,6 +51,12 @@ class Tokenizer {
   // Appends to `ids` instead of returning a new vector (on error, `ids` may hold part of it).
   absl::Status EncodeTo(std::string_view text, EncodeOptions options, std::vector<int32_t>* ids) const;
 
+  // Encodes a rendered chat (RenderChatSegments) as Encode encodes the concatenated text, except
+  // that special tokens are matched only where they lie wholly in the template's own text: inside
+  // message text they are plain text, as with match_special_tokens = false. A message without
+  // special tokens in it gets exactly Encode's ids.
+  absl::StatusOr<std::vector<int32_t>> EncodeChat(absl::Span<const ChatSegment> segments) const;
+
   // Ids outside the vocabulary decode to nothing, as in HF.
   std::string Decode(absl::Span<const int32_t> ids, DecodeOptions options = {}) const;
   // Appends the raw bytes of `id` (nothing for unknown ids, or skipped special tokens).
@@ -74,12 +81,19 @@ class Tokenizer {
   // missing or not one this build renders natively.
   absl::StatusOr<std::string> ApplyChatTemplate(absl::Span<const ChatMessage> messages,
                                                 const ChatOptions& options) const;
+  // The same, cut into the template's own text and message text, for EncodeChat.
+  absl::StatusOr<std::vector<ChatSegment>> ApplyChatTemplateSegments(absl::Span<const ChatMessage> messages,
+                                                                     const ChatOptions& options) const;
 
  private:
   friend class TokenizerLoader;
   struct State;  // tokenizer_state.h
 
   Tokenizer();
+  // EncodeTo with special tokens taken where special_ok(begin, end) of `text` holds.
+  absl::Status EncodeWhere(std::string_view text, absl::FunctionRef<bool(size_t, size_t)> special_ok,
+                           std::vector<int32_t>* ids) const;
+  absl::Status CheckChatTemplate() const;
   absl::Status EncodeNormalizedPiece(std::string_view text, bool match_special,
                                      std::vector<int32_t>* ids) const;
 

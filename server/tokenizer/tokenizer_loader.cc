@@ -35,7 +35,7 @@ std::string TypeName(const json& v) { return v.type_name(); }
 absl::StatusOr<json> Parse(std::string_view text, std::string_view file) {
   try {
     return json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     return absl::InvalidArgumentError(absl::StrCat(ToAbsl(file), ": malformed JSON (", e.what(), ")"));
   }
 }

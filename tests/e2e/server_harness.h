@@ -48,6 +48,8 @@ class Server {
   v1::Admin::Stub& admin() { return *admin_; }
   std::shared_ptr<grpc::Channel> channel() { return channel_; }
   const std::string& log_path() const { return log_; }
+  // The --run_dir the harness gives the server.
+  std::string run_dir() const { return dir_ + "/run"; }
 
   // Sends `sig` to the coordinator and waits for it to exit; returns its exit code (or 128+signal),
   // also when it already exited during startup.

@@ -280,4 +280,9 @@ std::string_view SafetensorsFile::header() const {
   return std::string_view(reinterpret_cast<const char*>(mapping_->data()) + 8, header_bytes_);
 }
 
+std::string_view SafetensorsFile::data() const {
+  const size_t begin = 8 + header_bytes_;
+  return std::string_view(reinterpret_cast<const char*>(mapping_->data()) + begin, mapping_->size() - begin);
+}
+
 }  // namespace q38

@@ -44,6 +44,8 @@ class SafetensorsFile {
 
   // The header JSON exactly as stored (including any padding), e.g. for fingerprints.
   std::string_view header() const;
+  // The data section after the header, which the tensors tile exactly (e.g. to hash the weights).
+  std::string_view data() const;
   size_t file_size() const { return mapping_->size(); }
 
  private:
