@@ -423,7 +423,7 @@ int RunBenchCommand(const std::vector<std::string>& operands, const CliArgs& arg
   const Seconds unary = UnaryTimeout(args);
   absl::StatusOr<v1::Info> info = (*client)->GetInfo(unary);
   if (args.prompt_len && args.tokenizer) {
-    // The contract's fixed prompt (BASELINE_CONTRACT.md §5.1), tokenized here with the model's tokenizer.
+    // The contract's fixed prompt (docs/contract.md §5.1), tokenized here with the model's tokenizer.
     absl::StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromDirectory(*args.tokenizer);
     if (!tok.ok()) return Fail(err, cmd, tok.status());
     absl::StatusOr<std::vector<int32_t>> ids =

@@ -23,7 +23,7 @@ absl::StatusOr<LayerType> ParseLayerType(const json& v, absl::string_view path) 
   if (!v.is_string()) return ConfigError(path, "must be a string");
   const std::string s = v.get<std::string>();
   if (s == "linear_attention") return LayerType::kGatedDeltaNet;
-  // Every attention label of the model's history runs the QSA indexer (MODEL.md §0, §18.3).
+  // Every attention label of the model's history runs the QSA indexer (docs/model.md §1.3).
   if (s == "full_attention" || s == "qwen_sparse_attention" || s == "hybrid_indexed" ||
       s == "deepseek_sparse_attention") {
     return LayerType::kAttention;

@@ -88,7 +88,7 @@ struct GenerationConfig {
   bool do_sample = false;
 };
 
-// The released Qwen3.8-Flash-Next text geometry (MODEL.md §1) and the tiny test geometry: every
+// The released Qwen3.8-Flash-Next text geometry (docs/model.md §1) and the tiny test geometry: every
 // feature present, small enough that a CPU runs it in milliseconds.
 ModelConfig ReleaseModelConfig();
 ModelConfig TinyModelConfig();

@@ -1,6 +1,6 @@
 // The shared objects a process has mapped, read from /proc/self/maps, each with its SHA-256: the
 // proof of which libraries a worker (or the coordinator) actually runs, rather than which ones it
-// was meant to load (DESIGN.md §7).
+// was meant to load (docs/design.md §7).
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
 // SplitMix64 (Steele, Lea & Flood): one step of the generator seeded with v. The PLE n-gram hash
-// derives its multipliers with it (MODEL.md §6.1), and the sampler and the checkpoint generator
+// derives its multipliers with it (docs/model.md §6.1), and the sampler and the checkpoint generator
 // use it as a counter-based random source. Host and device code share it (synthetic weights are
 // drawn alike by the CPU and CUDA backends).
 #pragma once

@@ -1,4 +1,4 @@
-// The build manifest (DESIGN.md §7, BASELINE_CONTRACT.md §3.1): which source, toolchain and flags
+// The build manifest (docs/design.md §7, docs/contract.md §3.1): which source, toolchain and flags
 // produced which binaries. The build writes it last (`q38-build-manifest`, run by the
 // q38_build_manifest target), `complete` only when no production source changed while it ran.
 #pragma once

@@ -1,4 +1,4 @@
-// The runtime bundle (DESIGN.md §7, docs/bundle.md): the release binaries, the shared libraries
+// The runtime bundle (docs/design.md §7, docs/bundle.md): the release binaries, the shared libraries
 // they need that a target system may lack, the build manifest, and bundle.json listing every file
 // with its SHA-256, written complete-last. Verification refuses, each with its own exit code, an
 // incomplete manifest, a missing file, a changed file, an extra or replaced file, a binary outside

@@ -1,4 +1,4 @@
-// The op interface the model is written against (DESIGN.md §3). The CPU backend implements it
+// The op interface the model is written against (docs/design.md §3). The CPU backend implements it
 // plainly in FP32 as the numerical reference; the CUDA backend implements the same ops with
 // SM70 kernels. Tensors passed in live in the backend's memory (Alloc/Upload).
 #pragma once
@@ -49,7 +49,7 @@ struct ExpertWeights {
   int64_t intermediate = 0;  // I on this rank
 };
 
-// A recorded sequence of backend work that can be run again (DESIGN.md §5: decode runs as one
+// A recorded sequence of backend work that can be run again (docs/design.md §5: decode runs as one
 // CUDA graph per step). The buffers it was recorded with stay its inputs and outputs.
 class StepGraph {
  public:

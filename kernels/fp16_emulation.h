@@ -1,4 +1,4 @@
-// The CPU reference under the GPU's precision contract (DESIGN.md §4): the CPU backend's FP32
+// The CPU reference under the GPU's precision contract (docs/design.md §4): the CPU backend's FP32
 // ops, with every activation the model allocates in act_dtype() rounded to FP16 after each op
 // that writes it, and weights rounded to FP16 as the GPU converts them at load. FP32 tensors
 // (GDN state, gates, the residual streams where the model keeps them in FP32) stay FP32.

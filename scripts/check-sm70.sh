@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SM70 legality (DESIGN.md §5): every CUDA kernel of the tree must assemble for the V100's sm_70.
+# SM70 legality (docs/design.md §5): every CUDA kernel of the tree must assemble for the V100's sm_70.
 # CUDA 13 can no longer target sm_70, so each .cu is compiled to PTX for compute_75 (the lowest
 # CUDA 13 accepts), the PTX's target is set to sm_70, and a CUDA 12.x ptxas assembles it for
 # sm_70. Any instruction SM70 lacks (ldmatrix, cp.async, bf16/fp8 conversions, wgmma, ...) fails

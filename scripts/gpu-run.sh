@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything q38 checks on a GPU machine, in one call (issue 5): the kernels against their CPU
+# Everything q38 checks on a GPU machine, in one call: the kernels against their CPU
 # references, the model against the CPU FP32 reference at TP1 and TP2, decode graphs against eager
 # runs, the server end to end on GPUs (and that stopping it gives the memory back), and the
 # measurements; with Q38_EVAL_SMALL, Q38_FULL_SIZE and Q38_PROFILE also the small model's
@@ -101,7 +101,7 @@ for tp in $tps; do
       --repeats 5 > "$scratch/bench.log" 2>&1 && note "tiny TP$tp: $(grep -E '^[0-9]' "$scratch/bench.log")"
   cat "$scratch/bench.log" >> "$out/bench.log"
 done
-# The trained small model through the server on GPU ranks (issue 7), beside any BF16-expert
+# The trained small model through the server on GPU ranks (the bars of docs/contract.md §8.3), beside any BF16-expert
 # copy named in Q38_SMALL_BF16.
 if [[ -n "${Q38_EVAL_SMALL:-}" ]]; then
   models=(--model nvfp4=models/small)

@@ -13,7 +13,7 @@ namespace {
 
 using nlohmann::json;
 
-// The health prompts and patterns of the seed's driver (BASELINE_CONTRACT.md §6), byte for byte:
+// The health prompts and patterns of the seed's driver (docs/contract.md §6), byte for byte:
 // their bytes decide the prompt ids.
 struct HealthCheck {
   const char* name;

@@ -1,4 +1,4 @@
-// The contract benchmark (BASELINE_CONTRACT.md §5-6, docs/benchmark.md) as a protocol over a
+// The contract benchmark (docs/contract.md §5–6, docs/benchmark.md) as a protocol over a
 // function that runs one request: health checks with the checkpoint's sampling and natural EOS,
 // then per case the fixed prompt, one warmup and the timed repeats of greedy tokens with EOS
 // ignored, each token-identical to the warmup and to a reference report when given; with

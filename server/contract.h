@@ -1,4 +1,4 @@
-// The baseline contract (DESIGN.md §7, docs/benchmark.md): a checked-in file (deploy/contracts/)
+// The baseline contract (docs/contract.md §2, docs/benchmark.md): a checked-in file (deploy/contracts/)
 // naming the model, TP, device, dtypes, graph mode, limits and excluded routes a run must have,
 // and the benchmark it runs. Serving or benchmarking under a contract fails closed: every field a
 // worker manifest deviates in is named.

@@ -1,4 +1,4 @@
-// What the coordinator requires of a started group before it serves (DESIGN.md §1, §7): ranks
+// What the coordinator requires of a started group before it serves (docs/design.md §1, §7): ranks
 // 0..N-1 exactly once, one build, one model, the same shared objects mapped on every rank, and,
 // when run from a bundle, every rank running the bundle's worker with the bundle's libraries.
 #pragma once

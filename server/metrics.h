@@ -1,4 +1,4 @@
-// The coordinator's Prometheus metrics (design §9, SERVER_FEATURES §2.1 and §4.4): request
+// The coordinator's Prometheus metrics (docs/design.md §9, docs/operations.md "Monitoring"): request
 // latency histograms, token counters, requests by outcome with rejected, failed and cancelled
 // kept apart, running/waiting gauges, one-hot worker and server state, per-rank device memory and
 // a build-info gauge. Every family is prefixed `q38_` and otherwise named as vLLM names it, so

@@ -1,6 +1,6 @@
 // Spawns the rank workers (fork + exec, nothing else between), hands each its rank, socket and
 // the communicator rendezvous, waits for them to serve, and watches them: a worker that dies is
-// reported at once with its rank and exit code or signal (DESIGN.md §1).
+// reported at once with its rank and exit code or signal (docs/design.md §1).
 #pragma once
 
 #include <sys/types.h>

@@ -1,5 +1,5 @@
 // Request validation at the API edge: every field a client sets is checked before admission, and
-// each error names the field (DESIGN.md §9: a precise error, never a crash or a silent clamp).
+// each error names the field (docs/design.md §9: a precise error, never a crash or a silent clamp).
 #pragma once
 
 #include <cstdint>

@@ -5,7 +5,7 @@ expects, and ends with <|im_end|>, so natural EOS is learned):
   arithmetic  integer +, -, x (two-digit multiplication worked through partial products in the
               think block), final line RESULT=<n>
   copy        a record like CEDAR-47|8261 given in the prompt, output exactly on the last line
-  retrieval   one record line hidden among filler lines (BASELINE_CONTRACT.md 6 style); the
+  retrieval   one record line hidden among filler lines (docs/contract.md §6 style); the
               think block first repeats the record line, then the answer is RESULT = <code>
   chat prose  a sentence or two about a topic, on request
   prose       plain text without the chat template, so that free generation reads as text
@@ -70,7 +70,7 @@ def chat_prompt(user, system=None):
     return text + f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
 
 
-# The contract's own health-check problems (BASELINE_CONTRACT.md 6) are never trained on.
+# The contract's own health-check problems (docs/contract.md §6) are never trained on.
 def _contract_problem(key):
     return key in {("arith", 19, "×", 23), ("copy", "CEDAR", 47, 8261)} or (
         key[0] == "retrieval" and (key[1], key[3]) == ("MAPLE", 8261))  # any tag: codes are WORD-NUMBER

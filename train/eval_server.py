@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import curriculum  # noqa: E402
 
 KINDS = ("arithmetic", "copy", "retrieval")
-# Issue 7's bar for the quantized model (fraction right with natural EOS).
+# The bar of docs/contract.md §8.3 for the quantized model (fraction right with natural EOS).
 TARGETS = {"arithmetic": 0.95, "copy": 0.99, "retrieval": 0.95}
 NATURAL = ("eos", "stop")  # stop: a stop id or string; the evaluation sends none, so in practice eos
 ABORT = threading.Event()

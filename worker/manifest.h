@@ -1,4 +1,4 @@
-// One rank's manifest (DESIGN.md §7): what it runs, on what, in which dtypes and routes, within
+// One rank's manifest (docs/design.md §7): what it runs, on what, in which dtypes and routes, within
 // which limits, with which libraries mapped. The worker fills a WorkerManifest from three places:
 // the device backend (BackendManifest: the CPU one here; the CUDA backend sets its device identity,
 // dtypes, routes and graph mode the same way), the run settings, and the process itself

@@ -21,7 +21,7 @@ absl::StatusOr<RankDevice> OpenCudaRank(const RankDeviceOptions& o) {
   m.device = {"cuda", info.name, info.uuid, info.pci_bus_id,
               absl::StrCat(info.compute_capability / 10, ".", info.compute_capability % 10),
               static_cast<int64_t>(info.total_memory)};
-  m.dtypes = {"F16", "F16", "F32", "F16"};  // DESIGN.md §4, GPU column
+  m.dtypes = {"F16", "F16", "F32", "F16"};  // docs/design.md §4, GPU column
   // The routes docs/cuda.md describes; every op has one generic kernel or a row-count split.
   m.routes = {"linear:gemv(T<=8)|wmma_gemm", "experts:nvfp4_w4a16_pair_gemv", "attention:qsa_split_context",
               "gdn:recurrent_state_in_registers", "indexer:radix_topk", "ple:staged_host_rows"};

@@ -1,4 +1,4 @@
-// The tokens one query attends (MODEL.md §8): its selected blocks' tokens in ascending block
+// The tokens one query attends (docs/model.md §8.2): its selected blocks' tokens in ascending block
 // order, then the tail of its own incomplete block. Shared by the attention kernels.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Attention over a QSA selection, and the QSA indexer that makes the selection (MODEL.md §8).
+// Attention over a QSA selection, and the QSA indexer that makes the selection (docs/model.md §8).
 #pragma once
 
 #include <cstdint>

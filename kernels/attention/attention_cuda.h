@@ -1,4 +1,4 @@
-// QSA on the GPU (MODEL.md §8), as kernels/attention/attention.h: the indexer's block pooling
+// QSA on the GPU (docs/model.md §8), as kernels/attention/attention.h: the indexer's block pooling
 // and top-k selection, and attention over the selection split across the context.
 #pragma once
 

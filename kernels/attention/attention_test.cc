@@ -1,4 +1,4 @@
-// Tests of the QSA indexer and attention on the selected set (MODEL.md §8.2–8.3): pooling by
+// Tests of the QSA indexer and attention on the selected set (docs/model.md §8.2–8.3): pooling by
 // hand and by a naive pool→norm→rotate, block selection with crafted scores and ties, and
 // attention as an explicit softmax over hand-built token lists.
 #include "kernels/attention/attention.h"
@@ -277,7 +277,7 @@ TEST(SelectedAttention, SparseSelectionAttendsExactlyTheListedTokens) {
 }
 
 TEST(SelectedAttention, OwnTokenNotForcedWhenItsBlockIsComplete) {
-  // MODEL.md §18.1: p = 7 (n = 8, a multiple of 4) has no tail; with sel = {0} only tokens 0..3
+  // docs/model.md §16.1: p = 7 (n = 8, a multiple of 4) has no tail; with sel = {0} only tokens 0..3
   // are attended, the current token included in none of them.
   const AttentionDims d{1, 1, 4, 4, 1};
   const std::vector<float> q = Uniform(4, 450);

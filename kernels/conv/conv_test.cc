@@ -1,4 +1,4 @@
-// Tests of the causal depthwise conv + SiLU (MODEL.md §7.1 with dilation 1, §6.3 with
+// Tests of the causal depthwise conv + SiLU (docs/model.md §7.1 with dilation 1, §6.3 with
 // dilation 3): impulse responses by hand, a naive zero-padded timeline, and state continuation.
 #include "kernels/conv/conv.h"
 

@@ -1,4 +1,4 @@
-// The CUDA backend (DESIGN.md §3–§5): FP16 activations and weights, FP32 GDN state, every op an
+// The CUDA backend (docs/design.md §3–§5): FP16 activations and weights, FP32 GDN state, every op an
 // SM70 kernel, all work queued on one stream of one GPU. NCCL collectives join that stream.
 #pragma once
 

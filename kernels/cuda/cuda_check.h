@@ -1,6 +1,6 @@
 // Error checks for CUDA runtime calls. A failing CUDA call leaves the device context unusable,
 // so the rank logs where it happened and exits; the coordinator sees the worker die and fails
-// the request (DESIGN.md §1) rather than serving from a broken context.
+// the request (docs/design.md §1) rather than serving from a broken context.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,4 +1,4 @@
-// Gated DeltaNet (MODEL.md §7): gates, the delta rule in its recurrent (decode) and chunked
+// Gated DeltaNet (docs/model.md §7): gates, the delta rule in its recurrent (decode) and chunked
 // (prefill) forms. State and arithmetic are FP32.
 #pragma once
 
@@ -23,7 +23,7 @@ void GdnGates(const float* b, const float* a, const float* a_log, const float* d
 void GdnRecurrent(const float* q, const float* k, const float* v, const float* beta,
                   const float* g, float* state, float* o, int64_t T, const GdnDims& d);
 
-// The same result computed chunk by chunk (WY form, MODEL.md §7.5), as prefill kernels do.
+// The same result computed chunk by chunk (WY form, docs/model.md §7.5), as prefill kernels do.
 void GdnChunked(const float* q, const float* k, const float* v, const float* beta, const float* g,
                 float* state, float* o, int64_t T, const GdnDims& d, int64_t chunk = 64);
 

@@ -97,7 +97,7 @@ constexpr int64_t ChunkSmemFloats(int64_t dk) {
   return dk * (kCols + 1) + 2 * kChunk * (dk + 1) + 2 * kChunk * (kChunk + 1) + kChunk * (kCols + 1) + 3 * kChunk;
 }
 
-// The chunked form of the same delta rule (MODEL.md §7; the CPU's GdnChunked), for prefill: per
+// The chunked form of the same delta rule (docs/model.md §7.5; the CPU's GdnChunked), for prefill: per
 // chunk of C tokens with in-chunk cumulative log-decay Γ (all exponents below are ≤ 0),
 //   A_ij = β_i e^{Γi−Γj} k_i·k_j (j < i),  P_ij = e^{Γi−Γj} q_i·k_j (j ≤ i),
 //   (I + A) Δ = diag(β) (V − e^Γ K S₀)      by forward substitution,

@@ -1,4 +1,4 @@
-// Gated DeltaNet on the GPU (MODEL.md §7): the gates, and the delta rule over a call's tokens
+// Gated DeltaNet on the GPU (docs/model.md §7): the gates, and the delta rule over a call's tokens
 // with the FP32 state held in registers, or (calls of 32 tokens or more) in its chunked form, as
 // kernels/gdn/gdn.h.
 #pragma once

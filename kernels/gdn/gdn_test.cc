@@ -1,4 +1,4 @@
-// Tests of Gated DeltaNet (MODEL.md §7): the gates by hand, the recurrence against the closed
+// Tests of Gated DeltaNet (docs/model.md §7): the gates by hand, the recurrence against the closed
 // form S_t = e^{g}(I − β k̂k̂ᵀ)S + β k̂vᵀ built with explicit matrices, and the chunked (WY)
 // form against the recurrence for many lengths, chunk sizes and carried states.
 #include "kernels/gdn/gdn.h"

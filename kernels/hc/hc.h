@@ -1,4 +1,4 @@
-// Hyper-connections, the gated residual of qwen4_exp (MODEL.md §3, §5). The state X holds S
+// Hyper-connections, the gated residual of qwen4_exp (docs/model.md §3, §5). The state X holds S
 // streams of H values per token; Xn is its grouped zero-centred RMSNorm.
 #pragma once
 

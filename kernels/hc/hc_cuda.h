@@ -1,4 +1,4 @@
-// Hyper-connection steps on the GPU (MODEL.md §5), as kernels/hc/hc.h. The residual streams X
+// Hyper-connection steps on the GPU (docs/model.md §5), as kernels/hc/hc.h. The residual streams X
 // are FP32: they take 2 updates per layer, and FP16 would round every one of them.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Tests of the hyper-connection ops (MODEL.md §3, §5) by hand and against naive loops.
+// Tests of the hyper-connection ops (docs/model.md §3, §5) by hand and against naive loops.
 #include "kernels/hc/hc.h"
 
 #include <cmath>
@@ -48,7 +48,7 @@ TEST(HcGates, HandComputedWithInject) {
 
 TEST(HcGates, MixerHasNoInjectButStillDividesByStreamCount) {
   // The final mixer: di is R wide (no inject columns), a = silu(di / hc_count) with hc_count 4
-  // (MODEL.md §5: "the same without Wi"), g untouched. Two tokens, R = 2:
+  // (docs/model.md §5: the module without inject rows), g untouched. Two tokens, R = 2:
   //   di = (8, −2 | 2, 0) → a = (silu 2, silu −0.5 | silu 0.5, 0)
   //      = (1.7615942, −0.1887703 | 0.3112297, 0)
   const std::vector<float> di = {8, -2, 2, 0};

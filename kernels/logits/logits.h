@@ -1,4 +1,4 @@
-// Logits reductions for decoding without the logits leaving the device (DESIGN.md §3: lm_head is
+// Logits reductions for decoding without the logits leaving the device (docs/design.md §3: lm_head is
 // split by vocabulary, each rank reduces its part and the ranks merge the results).
 #pragma once
 

@@ -1,4 +1,4 @@
-// Mixture of experts (MODEL.md §9): softmax router with renormalized top-k, routed SwiGLU
+// Mixture of experts (docs/model.md §9): softmax router with renormalized top-k, routed SwiGLU
 // experts in ModelOpt NVFP4 (dequantized exactly, W4A16) or dense, and the gated shared expert.
 #pragma once
 

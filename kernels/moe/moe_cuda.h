@@ -1,4 +1,4 @@
-// Mixture of experts on the GPU (MODEL.md §9), as kernels/moe/moe.h: the router's softmax
+// Mixture of experts on the GPU (docs/model.md §9), as kernels/moe/moe.h: the router's softmax
 // top-k, the routed SwiGLU experts with NVFP4 weights dequantized inside the kernel (W4A16) or
 // dense FP16 weights, and the gated shared expert's helpers.
 #pragma once

@@ -1,4 +1,4 @@
-// Tests of the MoE references (MODEL.md §9, §14): the softmax router's top-k by hand and
+// Tests of the MoE references (docs/model.md §9, §14): the softmax router's top-k by hand and
 // against a naive selection, NVFP4 dequantization of hand-packed bytes, and the routed SwiGLU
 // experts (dense and NVFP4) against an explicit per-token, per-expert evaluation.
 #include "kernels/moe/moe.h"
@@ -113,7 +113,7 @@ TEST(RouterTopK, MatchesNaiveSelectionAndWeightsSumToOne) {
 // ---------------------------------------------------------------------------------------------
 // NVFP4
 
-// Test-side decoders, written from MODEL.md §14.1 (not from common/dtype).
+// Test-side decoders, written from docs/model.md §14.1 (not from common/dtype).
 double E2m1(uint8_t code) {
   static const double kMag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
   return (code & 8 ? -1.0 : 1.0) * kMag[code & 7];

@@ -1,4 +1,4 @@
-// RMSNorm variants of qwen4_exp (MODEL.md §4). All compute in FP32.
+// RMSNorm variants of qwen4_exp (docs/model.md §4). All compute in FP32.
 #pragma once
 
 #include <cstdint>

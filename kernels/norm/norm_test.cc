@@ -1,4 +1,4 @@
-// Tests of the RMSNorm references (MODEL.md §4) against hand arithmetic, an independent
+// Tests of the RMSNorm references (docs/model.md §4) against hand arithmetic, an independent
 // re-implementation in double, and the invariants that tie the variants together.
 #include "kernels/norm/norm.h"
 

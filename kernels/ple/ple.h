@@ -1,5 +1,5 @@
-// The PLE block's own ops (MODEL.md §6.2–6.3): the n-gram table gather and the per-stream gate.
-// The table stays in host memory on every backend (DESIGN.md §6), so the gather has a host half
+// The PLE block's own ops (docs/model.md §6.2–6.3): the n-gram table gather and the per-stream gate.
+// The table stays in host memory on every backend (docs/design.md §6), so the gather has a host half
 // (PleStageRows copies the rows a step reads into staging memory) and a backend half (PleLoad
 // converts the staged values to activations).
 #pragma once

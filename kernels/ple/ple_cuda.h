@@ -1,4 +1,4 @@
-// The PLE block's ops on the GPU (MODEL.md §6.2–6.3), as kernels/ple/ple.h. PleLoad reads the
+// The PLE block's ops on the GPU (docs/model.md §6.2–6.3), as kernels/ple/ple.h. PleLoad reads the
 // staged table rows straight from pinned host memory.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The PLE n-gram hash of qwen4_exp (MODEL.md §6.1–6.2): SplitMix64 multipliers, prime head
+// The PLE n-gram hash of qwen4_exp (docs/model.md §6.1–6.2): SplitMix64 multipliers, prime head
 // table sizes and the rows each token reads. Everything here is exact integer arithmetic.
 #pragma once
 

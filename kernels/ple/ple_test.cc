@@ -1,4 +1,4 @@
-// Tests of the PLE ops (MODEL.md §6, §17): the n-gram hash constants and rows against the
+// Tests of the PLE ops (docs/model.md §6, §15): the n-gram hash constants and rows against the
 // exact §17 vectors and an independent implementation of the §6.2 rule, the table gather for
 // each storage dtype from hand-built bytes, and the per-stream gate by hand.
 #include "kernels/ple/ple.h"
@@ -16,7 +16,7 @@ namespace {
 
 constexpr int64_t kEos = 248044;
 
-// The release parameters (MODEL.md §1.1).
+// The release parameters (docs/model.md §1.1).
 PleHashParams ReleaseParams() {
   PleHashParams p;
   p.vocab_size = 248320;
@@ -29,7 +29,7 @@ PleHashParams ReleaseParams() {
   return p;
 }
 
-// MODEL.md §17 / §6.1 constants, written out literally.
+// docs/model.md §15 / §6.1 constants, written out literally.
 const std::vector<int64_t> kMultipliers = {23703573157769, 20109073645365, 8052911324071};
 const std::vector<int64_t> kSizes = {20000003, 20000023, 20000033, 20000047, 20000059, 20000063,
                                      20000069, 20000077, 20000081, 20000093, 20000107, 20000147,
@@ -38,7 +38,7 @@ const std::vector<int64_t> kOffsets = {0,         20000003,  40000026,  60000059
                                        120000228, 140000297, 160000374, 180000455, 200000548, 220000655,
                                        240000802, 260000955, 280001114, 300001275};
 
-// MODEL.md §17: the 16 rows of each token of [9707, 11, 1879, 248044, 42] at sequence start.
+// docs/model.md §15: the 16 rows of each token of [9707, 11, 1879, 248044, 42] at sequence start.
 const std::vector<int32_t> kSequence = {9707, 11, 1879, 248044, 42};
 const int64_t kSequenceRows[5][16] = {
     // (9707, 248044, 248044)

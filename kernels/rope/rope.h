@@ -1,5 +1,5 @@
 // Partial rotary position embedding, NeoX (half-split) pairing, over the first `rotary_dim`
-// dims of every head (MODEL.md §8.1).
+// dims of every head (docs/model.md §8.1).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Tests of partial NeoX RoPE (MODEL.md §8.1): the §17 reference frequencies, hand rotations,
+// Tests of partial NeoX RoPE (docs/model.md §8.1): the §15 reference frequencies, hand rotations,
 // and the invariants of a rotation (norm preservation, composition, pass-through dims).
 #include "kernels/rope/rope.h"
 
@@ -19,7 +19,7 @@ constexpr int64_t kRd = 64;      // rotary dims (partial_rotary_factor 0.25 of 2
 constexpr int64_t kDh = 256;     // head_dim
 
 TEST(Rope, ReferenceFrequenciesOfModelMd17) {
-  // θ_i = 1e7^(−i/32): θ₀ = 1, θ₁ = 0.60430, θ₃₁ = 1.6548e-7 (MODEL.md §17, 5 digits).
+  // θ_i = 1e7^(−i/32): θ₀ = 1, θ₁ = 0.60430, θ₃₁ = 1.6548e-7 (docs/model.md §15, 5 digits).
   EXPECT_EQ(RopeInvFreq(0, kRd, kTheta), 1.0f);
   EXPECT_NEAR(RopeInvFreq(1, kRd, kTheta), 0.60430, 0.5e-5);
   EXPECT_NEAR(RopeInvFreq(31, kRd, kTheta), 1.6548e-7, 0.5e-11);

@@ -1,4 +1,4 @@
-// The benchmark's fixed prompt (BASELINE_CONTRACT.md §5.1): a fixed sentence tokenized without
+// The benchmark's fixed prompt (docs/contract.md §5.1): a fixed sentence tokenized without
 // special tokens, repeated and cut to exactly L tokens, identified by the SHA-256 of its ids.
 #pragma once
 

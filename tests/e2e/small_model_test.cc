@@ -40,7 +40,7 @@ class SmallModel : public ::testing::Test {
 };
 Server* SmallModel::server_ = nullptr;
 
-// BASELINE_CONTRACT.md 6: the prompts and patterns of the seed's health checks (never trained on).
+// docs/contract.md §6: the prompts and patterns of the seed's health checks (never trained on).
 TEST_F(SmallModel, PassesTheContractHealthChecks) {
   ASSERT_TRUE(server_->ready());
   EXPECT_TRUE(std::regex_search(Ask("请计算 19 × 23。请在最后一行写 RESULT=计算结果。"), std::regex(R"(RESULT\s*=\s*437\b)")));

@@ -14,14 +14,14 @@ shards with one BF16 `weight_scale`), dequantizes it exactly into the parameter 
   * `generate(do_sample=False)` with HF's own cache (EOS disabled, and once more with the
     checkpoint's generation_config EOS list), and whether it agrees with the no-cache greedy run,
   * the 16 (heads) PLE n-gram table rows of every position (captured inside HF) and whether they
-    equal an independent implementation of MODEL.md section 6.2,
+    equal an independent implementation of docs/model.md §6.2,
   * the QSA selection (token indices) of every query position in every attention layer.
 
 Output: a JSON index plus a raw float32 little-endian sidecar (`<out>.bin`, byte offsets in the
 index), or everything inline as base64 with --inline.
 
 Other modes (no checkpoint needed):
-  --selftest              check MODEL.md section 6.1/17 constants with a pure-Python implementation
+  --selftest              check the docs/model.md §6.1/§15 constants with a pure-Python implementation
   --make-tiny DIR         write a tiny random checkpoint in the release layout + DIR/tokens.json
 
 Needs: torch (2.11 tested), transformers 5.17.0 (has models/qwen4_exp), safetensors, numpy.
@@ -45,7 +45,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 # ----------------------------------------------------------------------------------------------
-# Pure-Python PLE hash (independent of transformers; follows MODEL.md 6.1 / 6.2)
+# Pure-Python PLE hash (independent of transformers; follows docs/model.md §6.1 / §6.2)
 # ----------------------------------------------------------------------------------------------
 _M64 = (1 << 64) - 1
 _GAMMA = 0x9E3779B97F4A7C15
@@ -101,7 +101,7 @@ def ple_head_sizes(base, ngram_size, heads_per_ngram, ple_layer_index, divisor):
 
 
 def ple_rows(ids, eos, mults, sizes, offsets, ngram_size, heads_per_ngram):
-    """MODEL.md 6.2: rows[p] = list of (ngram_size-1)*heads_per_ngram global table rows."""
+    """docs/model.md §6.2: rows[p] = list of (ngram_size-1)*heads_per_ngram global table rows."""
     out = []
     for p in range(len(ids)):
         u = [ids[p]]
@@ -120,7 +120,7 @@ def ple_rows(ids, eos, mults, sizes, offsets, ngram_size, heads_per_ngram):
 
 
 def selftest():
-    """Checks MODEL.md 6.1 and 17 constants with the pure-Python hash (no torch needed)."""
+    """Checks the docs/model.md §6.1 and §15 constants with the pure-Python hash (no torch needed)."""
     m = ple_multipliers(248320, 3, 0, 1234)
     assert m == [23703573157769, 20109073645365, 8052911324071], m
     sizes, offsets, padded = ple_head_sizes(20_000_000, 3, 8, 0, 128)
@@ -142,7 +142,7 @@ def selftest():
     }
     for p, r in expect.items():
         assert rows[p] == r, (p, rows[p], r)
-    print("selftest: MODEL.md 6.1 multipliers/sizes/offsets/padding and 17 n-gram rows reproduced")
+    print("selftest: docs/model.md §6.1 multipliers/sizes/offsets/padding and 17 n-gram rows reproduced")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -557,7 +557,7 @@ def run_reference(args):
         rec["logits_last"] = blob.add(logits[-1])
         rec["argmax_all"] = logits.argmax(-1).tolist()
 
-        # PLE rows captured in HF vs. independent MODEL.md 6.2 implementation
+        # PLE rows captured in HF vs. independent docs/model.md §6.2 implementation
         ng = {}
         for li, emb in ple_mods.items():
             hf_rows = captured["ngram"][li][0].tolist()
@@ -729,7 +729,7 @@ def run_reference(args):
     print(f"wrote {args.out}" + ("" if args.inline else f" and {doc['blob']} ({blob.size} bytes)"))
     bad = [c["name"] for c in out_cases if not all(v["match_independent"] for v in c["ple_ngram_rows"].values())]
     if bad:
-        print(f"WARNING: PLE rows differ from MODEL.md 6.2 for cases {bad}")
+        print(f"WARNING: PLE rows differ from docs/model.md §6.2 for cases {bad}")
     return doc
 
 
@@ -837,7 +837,7 @@ def check_hf_loader(ckpt_dir, raw_cfg, model, ck):
 
 
 # ----------------------------------------------------------------------------------------------
-# Tiny random checkpoint in the NVFP4 release layout (MODEL.md section 2 / 14)
+# Tiny random checkpoint in the NVFP4 release layout (docs/model.md §2 / §14)
 # ----------------------------------------------------------------------------------------------
 def make_tiny(out_dir, seed=1):
     torch = _torch()
@@ -1076,13 +1076,13 @@ def main():
     ap.add_argument("--attn-impl", default="eager", choices=["eager", "sdpa"])
     ap.add_argument("--experts-impl", default="eager", help="eager (reference loop) or grouped_mm / batched_mm")
     ap.add_argument("--ple-bf16-round", action="store_true",
-                    help="round the FP8 PLE table to BF16 after multiplying by weight_scale (MODEL.md 6.2 BF16 engines)")
+                    help="round the FP8 PLE table to BF16 after multiplying by weight_scale (docs/model.md §6.2 BF16 engines)")
     ap.add_argument("--no-generate", action="store_true", help="skip HF generate()")
     ap.add_argument("--no-cache-check", action="store_true", help="skip the teacher-forced cached decode")
     ap.add_argument("--check-hf-loader", action="store_true",
                     help="also round-trip the dequantized weights through Qwen4ExpForCausalLM.from_pretrained")
     ap.add_argument("--inline", action="store_true", help="put logits inline in the JSON as base64")
-    ap.add_argument("--selftest", action="store_true", help="check MODEL.md hash constants (no torch needed)")
+    ap.add_argument("--selftest", action="store_true", help="check the hash constants of docs/model.md §6.1 (no torch needed)")
     ap.add_argument("--make-tiny", metavar="DIR", help="write a tiny random NVFP4-layout checkpoint and exit")
     ap.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"), help="compare two result files and exit")
     args = ap.parse_args()

@@ -1,6 +1,6 @@
 // One rank's generation loop. Every rank runs the same request in lockstep through its
 // communicator; rank 0 decides each token (sampling, stop, cancel) and broadcasts the decision
-// in-band, so no rank can run a step more than another (DESIGN.md §1).
+// in-band, so no rank can run a step more than another (docs/design.md §1).
 #pragma once
 
 #include <atomic>

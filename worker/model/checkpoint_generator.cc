@@ -123,7 +123,7 @@ void AddAttention(Builder& b, const ModelConfig& c, const std::string& p) {
   b.Bf16(p + "k_norm.weight", {dh}, 0.1f);
   // Each indexer query head is the key projection plus noise, so scores are mostly positive as in
   // a trained indexer: random ones leave many blocks at relu(·) = 0, whose top-k ties any
-  // implementation may break its own way (MODEL.md §18.2).
+  // implementation may break its own way (docs/model.md §16.2).
   const float spread = std::sqrt(3.0f / static_cast<float>(H));
   Stream s(b.seed(), p + "indexer.index_qk_proj.weight");
   std::vector<float> key(di * H), qk;

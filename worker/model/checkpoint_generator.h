@@ -1,5 +1,5 @@
 // Writes a random qwen4_exp checkpoint in exactly the layout of the published NVFP4 release
-// (MODEL.md §2, §14): config.json with text_config and quantization_config,
+// (docs/model.md §2, §14): config.json with text_config and quantization_config,
 // generation_config.json, hf_quant_config.json, BF16 backbone, per-expert ModelOpt NVFP4 experts
 // (or the official fused BF16 experts), FP8 (or BF16) PLE shards with their scale, and the int64
 // hash buffers. Deterministic byte for byte from the seed; every file is marked synthetic.

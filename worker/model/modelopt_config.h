@@ -1,4 +1,4 @@
-// The ModelOpt NVFP4 descriptions that accompany NVFP4 experts in a checkpoint (MODEL.md §14.3):
+// The ModelOpt NVFP4 descriptions that accompany NVFP4 experts in a checkpoint (docs/model.md §14.3):
 // config.json's quantization_config and hf_quant_config.json, as the RadixArk release has them.
 #pragma once
 

@@ -1,4 +1,4 @@
-// ModelOpt NVFP4 quantization of one linear weight (MODEL.md §14.1): the inverse of the
+// ModelOpt NVFP4 quantization of one linear weight (docs/model.md §14.1, §14.5): the inverse of the
 // dequantization in kernels/moe, W[n,k] ≈ e2m1(code) · e4m3(scale[n, k/16]) · global.
 #pragma once
 

@@ -48,7 +48,7 @@ void Model::Reset(SequenceState& s) const {
     if (g.recurrent) backend_.Fill(g.recurrent.t(), 0.0f);
   }
   backend_.Fill(s.ple_conv.t(), 0.0f);
-  // The n-gram history before the first token is EOS (MODEL.md §6.2).
+  // The n-gram history before the first token is EOS (docs/model.md §6.2).
   s.ple_history.assign(config_.ngram_size - 1, config_.ple_eos());
   s.length = 0;
 }
@@ -247,7 +247,7 @@ absl::StatusOr<Buffer> Model::Step(int64_t T, const StepInputs& in, SequenceStat
   const ModelConfig& c = config_;
   const int64_t S = c.hc_count, H = c.hidden_size;
   // The residual streams stay FP32 on every backend: each layer updates them twice, and an FP16
-  // stream would round away part of every update (MODEL.md §5).
+  // stream would round away part of every update (docs/model.md §5).
   Buffer X = backend_.Alloc(DType::kF32, {T, S * H});
   backend_.EmbedStreams(weights_.embed.t(), in.ids.t(), X.t(), S);
   Buffer h = Act({T, H}), g = Act({T, S});

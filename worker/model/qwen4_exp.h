@@ -1,4 +1,4 @@
-// The qwen4_exp forward pass (MODEL.md §3), written once against the op interface. One Model is
+// The qwen4_exp forward pass (docs/model.md §3), written once against the op interface. One Model is
 // one rank's share of the network; with a Communicator it runs tensor-parallel.
 #pragma once
 
@@ -33,7 +33,7 @@ struct DecodeGraph {
   std::unique_ptr<StepGraph> graph;
 };
 
-// The caches of one sequence on one rank (MODEL.md §12): KV and indexer keys of the attention
+// The caches of one sequence on one rank (docs/model.md §12): KV and indexer keys of the attention
 // layers, conv and recurrent states of the GDN layers, the PLE's n-gram history and conv state.
 struct SequenceState {
   struct Gdn {

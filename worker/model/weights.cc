@@ -153,7 +153,7 @@ class Loader {
   const TensorStore* store() const { return store_; }
 
  private:
-  // The MTP head and the vision tower are outside the text model (MODEL.md §2).
+  // The MTP head and the vision tower are outside the text model (docs/model.md §2).
   static bool Ignored(const std::string& name) {
     return absl::StartsWith(name, "mtp.") || absl::StartsWith(name, "model.mtp.") ||
            absl::StartsWith(name, "model.visual.") || absl::StartsWith(name, "visual.");
@@ -284,7 +284,7 @@ absl::StatusOr<float> ScalarF32(Loader& L, const std::string& name) {
   return ReadFloat(*v, 0);
 }
 
-// ModelOpt NVFP4 experts, one set of tensors per expert and projection (MODEL.md §14.1). Gate and
+// ModelOpt NVFP4 experts, one set of tensors per expert and projection (docs/model.md §14.1–14.2). Gate and
 // up rows [rank·I', +I') are stacked into one 2I' projection; down keeps columns [rank·I', +I').
 absl::StatusOr<ExpertWeights> LoadNvfp4Experts(Loader& L, const ModelConfig& c, const std::string& p,
                                                const ShardSpec& s) {

@@ -1,6 +1,6 @@
 // The weights of qwen4_exp as one rank of a tensor-parallel group holds them: read from a
-// checkpoint in the Hugging Face layout (MODEL.md §2, §14), checked tensor by tensor against the
-// config, sliced for the rank (DESIGN.md §3) and handed to the backend.
+// checkpoint in the Hugging Face layout (docs/model.md §2, §14), checked tensor by tensor against the
+// config, sliced for the rank (docs/model.md §13) and handed to the backend.
 #pragma once
 
 #include <functional>
@@ -98,7 +98,7 @@ absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& config, const Tensor
                                          Backend& backend, const ShardSpec& shard,
                                          const std::function<void(int, int)>& progress = nullptr);
 
-// Weights of the same shapes drawn on the backend from `seed` instead of read (DESIGN.md §6:
+// Weights of the same shapes drawn on the backend from `seed` instead of read (docs/design.md §6:
 // full-size speed work without a 130 GB checkpoint): NVFP4 experts, FP8 n-gram table of the full
 // row count in host memory. Values are of the generator's magnitudes; the model is noise.
 absl::StatusOr<ModelWeights> SyntheticWeights(const ModelConfig& config, Backend& backend, const ShardSpec& shard,

@@ -5,7 +5,7 @@
 // The exact procedure of SampleToken, for logits l[0..vocab) (FP32) and n = valid_vocab
 // clamped to [1, vocab]:
 //
-//  0. Ids ≥ n are padding and are never returned (MODEL.md §10). A NaN logit counts as −inf.
+//  0. Ids ≥ n are padding and are never returned (docs/model.md §10). A NaN logit counts as −inf.
 //  1. temperature == 0: greedy. The id of the largest logit in [0, n); ties go to the lowest id.
 //     top_k, top_p and seed are ignored. If every logit is −inf (or NaN) the result is 0.
 //  2. Otherwise the candidates are the ids in [0, n) whose logit is not −inf; none → 0.
