@@ -1,11 +1,14 @@
 // Lab bench of the hyper-connection pre step on one GPU (kernels/testing/bench_util.h): at the
 // full-size decode shapes (one token; S = 4, H = 2560, R = 320; a layer's module with inject rows
-// and the final mixer's without), the composition of five kernels the model ran before (RmsNorm,
-// down/inject GEMV, gates, up GEMV, combine) against the fused two (cuda::HcPreFused); µs per
-// pre step inside a CUDA graph of a batch of steps (as the decode graph replays them) and eagerly,
-// weights cold in the L2 (a batch rotates among copies spanning 256 MB), X one buffer. The
-// residual update (one kernel, unchanged) is timed beside them. The fused output is checked
-// against the composed one (NMSE of h, largest gap of g); the exit status is 1 if they disagree.
+// and the final mixer's without) and the small model's, the composition of five kernels the model
+// ran before (RmsNorm, down/inject GEMV, gates, up GEMV, combine), the previous fused pair
+// (hc_pre_v1_bench.cuh) and the fused pair of now (cuda::HcPreFused, its chosen configuration);
+// µs per pre step inside a CUDA graph of a batch of steps (as the decode graph replays them) and
+// eagerly, weights cold in the L2 (a batch rotates among copies spanning 256 MB), X one buffer.
+// Then each fused kernel alone beside the plain GEMV of its matrix (cuda::Linear), and every
+// configuration of HcPreFused. The residual update (one kernel, unchanged) is timed beside them.
+// Every fused output is checked against the composed one (NMSE of h, largest gap of g); the exit
+// status is 1 if any disagrees.
 // Usage: hc_bench
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -13,11 +16,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/hc/hc_cuda.h"
+#include "kernels/hc/hc_pre_v1_bench.cuh"
 #include "kernels/linear/linear_cuda.h"
 #include "kernels/norm/norm_cuda.h"
 #include "kernels/testing/bench_util.h"
@@ -65,7 +71,7 @@ std::vector<float> ToHost(const __half* d, size_t n) {
 struct Module {
   int64_t S, H, R, rows, W;
   int copies;
-  std::unique_ptr<DeviceArray<__half>> norm, down, up, xn, di, a, m, h, g, y, di2;
+  std::unique_ptr<DeviceArray<__half>> norm, down, up, xn, di, a, m, h, g, y, di2, a2;
   std::unique_ptr<DeviceArray<float>> X, rstd;
   Module(int64_t S_, int64_t H_, int64_t R_, bool inject, cudaStream_t s) : S(S_), H(H_), R(R_) {
     W = S * H;
@@ -78,6 +84,7 @@ struct Module {
     xn = std::make_unique<DeviceArray<__half>>(W);
     di = std::make_unique<DeviceArray<__half>>(rows);
     di2 = std::make_unique<DeviceArray<__half>>(rows);
+    a2 = std::make_unique<DeviceArray<__half>>(rows);
     a = std::make_unique<DeviceArray<__half>>(R);
     m = std::make_unique<DeviceArray<__half>>(W);
     h = std::make_unique<DeviceArray<__half>>(H);
@@ -106,62 +113,142 @@ struct Module {
     cuda::Linear(a->p, Up(i), m->p, 1, R, W, s);
     cuda::HcCombine(m->p, xn->p, h->p, 1, S, H, s);
   }
-  void Fused(int i, cudaStream_t s) {
-    cuda::HcPreFused(X->p, norm->p, W, Down(i), Up(i), h->p, inject() ? g->p : nullptr, di2->p, rstd->p, S, H, R,
+  // The previous fused pair, whole and each kernel alone.
+  void Old(int i, cudaStream_t s) {
+    OldDown(i, s);
+    OldUp(i, s);
+  }
+  void OldDown(int i, cudaStream_t s) {
+    cuda::hc_v1::HcPreDown(X->p, norm->p, W, Down(i), di2->p, rstd->p, S, H, R, inject(), 1e-6f, s);
+  }
+  void OldUp(int i, cudaStream_t s) {
+    cuda::hc_v1::HcPreUp(X->p, norm->p, W, Up(i), h->p, inject() ? g->p : nullptr, di2->p, rstd->p, S, H, R, inject(), s);
+  }
+  // The fused pair of now, whole and each kernel alone.
+  void Fused(const cuda::HcPreConfig& c, int i, cudaStream_t s) {
+    cuda::HcPreFused(c, X->p, norm->p, W, Down(i), Up(i), h->p, inject() ? g->p : nullptr, a2->p, rstd->p, S, H, R,
                      inject(), 1e-6f, s);
   }
+  void FusedDown(const cuda::HcPreConfig& c, int i, cudaStream_t s) {
+    cuda::HcPreFusedDown(c, X->p, norm->p, W, Down(i), a2->p, inject() ? g->p : nullptr, rstd->p, S, H, R, inject(),
+                         1e-6f, s);
+  }
+  void FusedUp(const cuda::HcPreConfig& c, int i, cudaStream_t s) {
+    cuda::HcPreFusedUp(c, X->p, norm->p, W, Up(i), a2->p, rstd->p, h->p, S, H, R, s);
+  }
+};
+
+struct Gap {
+  double nmse = 0, g = 0;
+  bool ok() const { return nmse <= 4e-6 && g <= 2e-3; }
 };
 
 int Run(Bench& b) {
   int failures = 0;
   const cudaStream_t s = b.stream();
   std::printf("\n## Hyper-connection pre step, one token\n\n"
-              "µs per pre step in a CUDA graph of a batch of steps (eager in brackets); weights cold in the L2.\n\n");
-  std::printf("| module | weights MB | composed: 5 kernels µs | fused: 2 kernels µs | composed / fused | fused GB/s | "
-              "h NMSE fused vs composed | g max rel. gap |\n|---|---|---|---|---|---|---|---|\n");
+              "µs per pre step in a CUDA graph of a batch of 97 steps (eager in brackets); weights cold in the L2. "
+              "old: the fused pair before (hc_pre_v1_bench.cuh); new: cuda::HcPreFused as chosen.\n\n");
+  std::printf("| module | weights MB | composed: 5 kernels µs | old fused µs | new fused µs | old / new | new GB/s | "
+              "h NMSE new vs composed | g max rel. gap |\n|---|---|---|---|---|---|---|---|---|\n");
   struct Shape {
     const char* name;
     int64_t S, H, R;
     bool inject;
   };
-  for (const Shape& c : {Shape{"layer module (full size)", 4, 2560, 320, true},
-                         Shape{"final mixer (full size)", 4, 2560, 320, false},
-                         Shape{"layer module (small model)", 4, 256, 16, true}}) {
+  const Shape shapes[] = {Shape{"layer module (full size)", 4, 2560, 320, true},
+                          Shape{"final mixer (full size)", 4, 2560, 320, false},
+                          Shape{"layer module (small model)", 4, 256, 16, true}};
+  const int iters = 97;  // the pre steps of one decode step
+  std::vector<std::string> kernel_rows, sweep_rows;
+  char line[512];
+  for (const Shape& c : shapes) {
     Module m(c.S, c.H, c.R, c.inject, s);
     m.Composed(0, s);
     Q38_CUDA_CHECK(cudaStreamSynchronize(s));
     const std::vector<float> h0 = ToHost(m.h->p, c.H), g0 = ToHost(m.g->p, c.S);
-    Q38_CUDA_CHECK(cudaMemsetAsync(m.h->p, 0xff, 2 * c.H, s));
-    Q38_CUDA_CHECK(cudaMemsetAsync(m.g->p, 0xff, 2 * c.S, s));
-    m.Fused(0, s);
-    Q38_CUDA_CHECK(cudaStreamSynchronize(s));
-    const std::vector<float> h1 = ToHost(m.h->p, c.H), g1 = ToHost(m.g->p, c.S);
-    double err = 0, ref = 0, gap = 0;
-    for (int64_t i = 0; i < c.H; ++i) {
-      err += (static_cast<double>(h1[i]) - h0[i]) * (static_cast<double>(h1[i]) - h0[i]);
-      ref += static_cast<double>(h0[i]) * h0[i];
-    }
-    if (c.inject)
-      for (int64_t i = 0; i < c.S; ++i) gap = std::max(gap, std::fabs(static_cast<double>(g1[i]) - g0[i]) / std::fabs(g0[i]));
-    const double nmse = std::isfinite(err) ? err / std::max(ref, 1e-30) : INFINITY;
-    if (!(nmse <= 4e-6 && gap <= 2e-3)) {
-      ++failures;
-      std::printf("MISMATCH %s: h NMSE %.2g, g gap %.2g\n", c.name, nmse, gap);
-    }
-    const int iters = 97;  // the pre steps of one decode step
+    // Runs `launch` once on poisoned outputs and compares h and g with the composition's.
+    auto check = [&](const char* what, const std::function<void()>& launch) {
+      Q38_CUDA_CHECK(cudaMemsetAsync(m.h->p, 0xff, 2 * c.H, s));
+      Q38_CUDA_CHECK(cudaMemsetAsync(m.g->p, 0xff, 2 * c.S, s));
+      launch();
+      Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+      const std::vector<float> h1 = ToHost(m.h->p, c.H), g1 = ToHost(m.g->p, c.S);
+      double err = 0, ref = 0, gap = 0;
+      for (int64_t i = 0; i < c.H; ++i) {
+        err += (static_cast<double>(h1[i]) - h0[i]) * (static_cast<double>(h1[i]) - h0[i]);
+        ref += static_cast<double>(h0[i]) * h0[i];
+      }
+      if (c.inject)
+        for (int64_t i = 0; i < c.S; ++i)
+          gap = std::max(gap, std::isfinite(g1[i]) ? std::fabs(static_cast<double>(g1[i]) - g0[i]) / std::fabs(g0[i])
+                                                   : INFINITY);
+      Gap r{std::isfinite(err) ? err / std::max(ref, 1e-30) : INFINITY, gap};
+      if (!r.ok()) {
+        ++failures;
+        std::printf("MISMATCH %s, %s: h NMSE %.2g, g gap %.2g\n", c.name, what, r.nmse, r.g);
+      }
+      return r;
+    };
+    const cuda::HcPreConfig chosen = cuda::HcPreChoose(c.S, c.H, c.R);
+    check("old fused", [&] { m.Old(0, s); });
+    const Gap gn = check("new fused", [&] { m.Fused(chosen, 0, s); });
+
     const bench::Launch composed = [&](int i, cudaStream_t st) { m.Composed(i, st); };
-    const bench::Launch fused = [&](int i, cudaStream_t st) { m.Fused(i, st); };
-    const Timing tc = b.Graph(iters, composed), tf = b.Graph(iters, fused);
-    const Timing ec = b.Eager(iters, composed), ef = b.Eager(iters, fused);
-    std::printf("| %s | %.1f | %.2f (%.2f) | %.2f (%.2f) | %.2f× | %.0f | %.2g | %.2g |\n", c.name, m.WeightBytes() / 1e6,
-                tc.median_us, ec.median_us, tf.median_us, ef.median_us, tc.median_us / tf.median_us,
-                m.WeightBytes() / (tf.median_us * 1e3), nmse, gap);
+    const bench::Launch old = [&](int i, cudaStream_t st) { m.Old(i, st); };
+    const bench::Launch fused = [&](int i, cudaStream_t st) { m.Fused(chosen, i, st); };
+    const Timing tc = b.Graph(iters, composed), to = b.Graph(iters, old), tf = b.Graph(iters, fused);
+    const Timing ec = b.Eager(iters, composed), eo = b.Eager(iters, old), ef = b.Eager(iters, fused);
+    std::printf("| %s | %.1f | %.2f (%.2f) | %.2f (%.2f) | %.2f (%.2f) | %.2f× | %.0f | %.2g | %.2g |\n", c.name,
+                m.WeightBytes() / 1e6, tc.median_us, ec.median_us, to.median_us, eo.median_us, tf.median_us,
+                ef.median_us, to.median_us / tf.median_us, m.WeightBytes() / (tf.median_us * 1e3), gn.nmse, gn.g);
     if (c.inject && c.H == 2560) {
-      const Timing tr = b.Graph(iters, [&](int, cudaStream_t st) { cuda::HcResidual(m.X->p, m.g->p, m.y->p, 1, c.S, c.H, st); });
-      std::printf("| residual update (one kernel, unchanged) | | %.2f | %.2f | | | | |\n", tr.median_us, tr.median_us);
+      // On a copy of X: the checks below compare with h0, computed from X as it is.
+      DeviceArray<float> Xr(m.W);
+      Q38_CUDA_CHECK(cudaMemcpyAsync(Xr.p, m.X->p, m.W * sizeof(float), cudaMemcpyDeviceToDevice, s));
+      const Timing tr = b.Graph(iters, [&](int, cudaStream_t st) { cuda::HcResidual(Xr.p, m.g->p, m.y->p, 1, c.S, c.H, st); });
+      std::printf("| residual update (one kernel, unchanged) | | %.2f | | %.2f | | | | |\n", tr.median_us, tr.median_us);
     }
     std::fflush(stdout);
+
+    // Each kernel alone (the up kernels read what their down kernels left), and the plain GEMVs.
+    m.Old(0, s);
+    const Timing od = b.Graph(iters, [&](int i, cudaStream_t st) { m.OldDown(i, st); });
+    const Timing ou = b.Graph(iters, [&](int i, cudaStream_t st) { m.OldUp(i, st); });
+    m.Fused(chosen, 0, s);
+    const Timing nd = b.Graph(iters, [&](int i, cudaStream_t st) { m.FusedDown(chosen, i, st); });
+    const Timing nu = b.Graph(iters, [&](int i, cudaStream_t st) { m.FusedUp(chosen, i, st); });
+    const Timing gd = b.Graph(iters, [&](int i, cudaStream_t st) { cuda::Linear(m.xn->p, m.Down(i), m.di->p, 1, m.W, m.rows, st); });
+    const Timing gu = b.Graph(iters, [&](int i, cudaStream_t st) { cuda::Linear(m.a->p, m.Up(i), m.m->p, 1, c.R, m.W, st); });
+    std::snprintf(line, sizeof line, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |", c.name, od.median_us,
+                  nd.median_us, gd.median_us, ou.median_us, nu.median_us, gu.median_us);
+    kernel_rows.emplace_back(line);
+
+    // Every configuration.
+    for (int rows : {1, 2, 4}) {
+      for (int lanes : {8, 16}) {
+        const cuda::HcPreConfig k{rows, lanes};
+        char what[64];
+        std::snprintf(what, sizeof what, "down_rows %d up_lanes %d", rows, lanes);
+        const Gap gk = check(what, [&] { m.Fused(k, 0, s); });
+        const Timing tk = b.Graph(iters, [&](int i, cudaStream_t st) { m.Fused(k, i, st); });
+        const Timing dk = b.Graph(iters, [&](int i, cudaStream_t st) { m.FusedDown(k, i, st); });
+        const Timing uk = b.Graph(iters, [&](int i, cudaStream_t st) { m.FusedUp(k, i, st); });
+        std::snprintf(line, sizeof line, "| %s | %d | %d | %.2f | %.2f | %.2f | %.2g |%s", c.name, rows, lanes,
+                      tk.median_us, dk.median_us, uk.median_us, gk.nmse,
+                      rows == chosen.down_rows && lanes == chosen.up_lanes ? " chosen" : "");
+        sweep_rows.emplace_back(line);
+      }
+    }
   }
+  std::printf("\n### Each kernel alone\n\nµs per call in a CUDA graph of 97; the plain GEMV is cuda::Linear on the same "
+              "matrix (down/inject [R + S, S·H], up [S·H, R]).\n\n"
+              "| module | old down | new down | GEMV down | old up | new up | GEMV up |\n|---|---|---|---|---|---|---|\n");
+  for (const std::string& r : kernel_rows) std::printf("%s\n", r.c_str());
+  std::printf("\n### Every configuration of HcPreFused\n\nµs per call in a CUDA graph of 97.\n\n"
+              "| module | down rows | up lanes | fused | down alone | up alone | h NMSE vs composed |\n"
+              "|---|---|---|---|---|---|---|\n");
+  for (const std::string& r : sweep_rows) std::printf("%s\n", r.c_str());
   return failures;
 }
 

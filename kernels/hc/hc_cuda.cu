@@ -52,12 +52,9 @@ __global__ void HcResidualKernel(float* X, const __half* __restrict__ g, const _
 // The fused one-token pre step (hc_cuda.h, HcPreFused): 256 threads a block in both kernels.
 constexpr int kPreThreads = 256, kPreWarps = kPreThreads / kWarp;
 constexpr int kMaxStreams = 8;
-// Down/inject: 2 rows a block, 4 warps a row, each lane 8 weight runs in flight before its first
-// FMA (K = 10,240: 1,280 runs a row, 10 a lane).
-constexpr int kDownRows = 2, kDownWarpsPerRow = kPreWarps / kDownRows, kDownLoads = 8;
-// Up: a lane group of 8 a row (R = 320: 40 runs, 5 a lane), 32 rows a block = 32 / S columns.
-constexpr int kUpLanes = 8, kUpRows = kPreThreads / kUpLanes, kUpLoads = 8;
-constexpr int kPreMaxSharedBytes = 48 * 1024;
+// Down/inject: thread i of a block takes the runs (8 values) i, i + 256, ... of K: at most
+// kMaxLaneRuns of them (K ≤ 12,288; the model's 10,240 is 5 a thread).
+constexpr int kMaxLaneRuns = 6;
 
 // 8 FP16 weights · 8 FP16 values, in FP32.
 __device__ __forceinline__ float Dot8(const uint4& w, const uint4& x) {
@@ -72,191 +69,251 @@ __device__ __forceinline__ float Dot8(const uint4& w, const uint4& x) {
   return acc;
 }
 
-// di[n] = xn·W[n] for N rows of K = S·H, xn the zero-centred RmsNorm of X by streams, built in
-// shared memory by every block (dynamic shared memory: K halves).
+// kRows rows of down_inject W [N, K = S·H] a block against xn, the zero-centred RmsNorm of X by
+// streams, then the gates of those rows: a[n] = silu(di[n] / S) for n < R, g[n - R] =
+// 2·sigmoid(di[n] / S) above (di rounded to FP16 first, as the composition stores it).
+// Thread i owns the runs c = i + 256·u (u < kL) of K for every row of the block: it issues all
+// kRows·kL weight loads first (past L1), then its runs of X (FP32) and of the norm weights, which
+// stay in registers. The per-stream sums of squares meet in shared memory (per run, then one warp
+// a stream in a fixed order), so X is read once a block and the only waits before the dot product
+// are one L2 round trip and two barriers. xn is rounded to FP16 where the composition's RmsNorm
+// rounds it: x · (1/rms · (1 + w)).
+template <int kRows, int kL>
 __global__ void __launch_bounds__(kPreThreads)
     HcPreDownKernel(const float* __restrict__ X, const __half* __restrict__ nw, int nw_len, const __half* __restrict__ W,
-                    __half* __restrict__ di, float* __restrict__ rstd_out, int N, int S, int H, float eps) {
-  extern __shared__ uint4 xs_mem[];
-  __half* xs = reinterpret_cast<__half*>(xs_mem);
-  __shared__ float sq[kPreWarps][kMaxStreams];
+                    __half* __restrict__ a, __half* __restrict__ g, float* __restrict__ rstd_out, int N, int R, int S,
+                    int H, float eps) {
+  __shared__ float sq[kL * kPreThreads];  // per run of K: its sum of squares
   __shared__ float inv[kMaxStreams];
-  __shared__ float partial[kPreWarps];
+  __shared__ float partial[kRows][kPreWarps];
   const int K = S * H, runs = K / 8, hruns = H / 8;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int slot = warp / kDownWarpsPerRow, part = warp % kDownWarpsPerRow;
-  const int n = blockIdx.x * kDownRows + slot;
-  const bool live = n < N;
-  const uint4* row = reinterpret_cast<const uint4*>(W + static_cast<int64_t>(live ? n : 0) * K);
-  constexpr int kStep = kWarp * kDownWarpsPerRow;  // a lane's consecutive runs are kStep apart
-  const int first = part * kWarp + lane;
+  const int n0 = blockIdx.x * kRows;
 
-  // The first weight loads go out before the norm, which only reads X (hot in L2).
-  uint4 wv[kDownLoads];
+  uint4 wv[kRows][kL];
 #pragma unroll
-  for (int u = 0; u < kDownLoads; ++u) {
-    const int c = first + u * kStep;
-    wv[u] = live && c < runs ? gemv::LoadStreamed(row + c) : make_uint4(0, 0, 0, 0);
-  }
-
-  // Per-stream sums of squares: warps' sums in shared memory, added in warp order.
-  for (int s = 0; s < S; ++s) {
-    float ss = 0;
-    for (int r = threadIdx.x; r < hruns; r += kPreThreads) {
-      float v[8];
-      LoadF<8>(X + static_cast<int64_t>(s * hruns + r) * 8, v);
+  for (int r = 0; r < kRows; ++r) {
+    const bool live = n0 + r < N;
+    const uint4* row = reinterpret_cast<const uint4*>(W + static_cast<int64_t>(live ? n0 + r : 0) * K);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) ss += v[j] * v[j];
+    for (int u = 0; u < kL; ++u) {
+      const int c = threadIdx.x + u * kPreThreads;
+      wv[r][u] = live && c < runs ? gemv::LoadStreamed(row + c) : make_uint4(0, 0, 0, 0);
     }
+  }
+  float x[kL][8];
+  uint4 nv[kL];
+#pragma unroll
+  for (int u = 0; u < kL; ++u) {
+    const int c = threadIdx.x + u * kPreThreads;
+    if (c < runs) {
+      LoadF<8>(X + static_cast<int64_t>(c) * 8, x[u]);
+      nv[u] = __ldg(reinterpret_cast<const uint4*>(nw + (c * 8) % nw_len));
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) x[u][j] = 0;
+      nv[u] = make_uint4(0, 0, 0, 0);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kL; ++u) {
+    const int c = threadIdx.x + u * kPreThreads;
+    float q = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) q += x[u][j] * x[u][j];
+    if (c < runs) sq[c] = q;
+  }
+  __syncthreads();
+  // Stream s's sum: warp s adds its runs lane-strided, then across the warp.
+  if (warp < S) {
+    float ss = 0;
+    for (int r = lane; r < hruns; r += kWarp) ss += sq[warp * hruns + r];
     ss = WarpSum(ss);
-    if (lane == 0) sq[warp][s] = ss;
-  }
-  __syncthreads();
-  if (threadIdx.x < S) {
-    float ss = 0;
-    for (int w = 0; w < kPreWarps; ++w) ss += sq[w][threadIdx.x];
-    const float r = rsqrtf(ss / H + eps);
-    inv[threadIdx.x] = r;
-    if (blockIdx.x == 0) rstd_out[threadIdx.x] = r;
-  }
-  __syncthreads();
-  // xn in FP16, as the composition's RmsNorm writes it: x · (1/rms · (1 + w)).
-  for (int r = threadIdx.x; r < runs; r += kPreThreads) {
-    float v[8], wn[8];
-    LoadF<8>(X + static_cast<int64_t>(r) * 8, v);
-    LoadF<8>(nw + (r * 8) % nw_len, wn);
-    const float rs = inv[r / hruns];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] *= rs * (1.0f + wn[j]);
-    StoreHalves<8>(xs + static_cast<int64_t>(r) * 8, v);
+    if (lane == 0) {
+      const float rs = rsqrtf(ss / H + eps);
+      inv[warp] = rs;
+      if (blockIdx.x == 0) rstd_out[warp] = rs;
+    }
   }
   __syncthreads();
 
-  const uint4* x4 = reinterpret_cast<const uint4*>(xs);
-  float acc = 0;
+  uint4 xn[kL];
 #pragma unroll
-  for (int u = 0; u < kDownLoads; ++u) {
-    const int c = first + u * kStep;
-    if (c < runs) acc += Dot8(wv[u], x4[c]);
-  }
-  // The rest of the row, kDownLoads runs a lane at a time (the bound is the warp's first run, the
-  // same for every lane).
-  for (int c0 = first + kDownLoads * kStep; c0 - lane < runs; c0 += kDownLoads * kStep) {
+  for (int u = 0; u < kL; ++u) {
+    const int c = threadIdx.x + u * kPreThreads;
+    const float rs = c < runs ? inv[c / hruns] : 0.0f;
+    const __half2* nh = reinterpret_cast<const __half2*>(&nv[u]);
+    __half2* xh = reinterpret_cast<__half2*>(&xn[u]);
 #pragma unroll
-    for (int u = 0; u < kDownLoads; ++u) {
-      const int c = c0 + u * kStep;
-      wv[u] = live && c < runs ? gemv::LoadStreamed(row + c) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kDownLoads; ++u) {
-      const int c = c0 + u * kStep;
-      if (c < runs) acc += Dot8(wv[u], x4[c]);
+    for (int i = 0; i < 4; ++i) {
+      const float2 wf = __half22float2(nh[i]);
+      xh[i] = __floats2half2_rn(x[u][2 * i] * (rs * (1.0f + wf.x)), x[u][2 * i + 1] * (rs * (1.0f + wf.y)));
     }
   }
-  acc = WarpSum(acc);
-  if (lane == 0) partial[warp] = acc;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    float acc = 0;
+#pragma unroll
+    for (int u = 0; u < kL; ++u) acc += Dot8(wv[r][u], xn[u]);  // runs past K are zeros on both sides
+    acc = WarpSum(acc);
+    if (lane == 0) partial[r][warp] = acc;
+  }
   __syncthreads();
-  if (threadIdx.x < kDownRows) {
-    const int nn = blockIdx.x * kDownRows + threadIdx.x;
-    if (nn < N) {
+  if (threadIdx.x < kRows) {
+    const int n = n0 + threadIdx.x;
+    if (n < N) {
       float sum = 0;
-      for (int p = 0; p < kDownWarpsPerRow; ++p) sum += partial[threadIdx.x * kDownWarpsPerRow + p];
-      di[nn] = __float2half(sum);
+      for (int w = 0; w < kPreWarps; ++w) sum += partial[threadIdx.x][w];
+      // The gates, as HcGatesKernel computes them from di in FP16.
+      const float v = __half2float(__float2half(sum)) / static_cast<float>(S);
+      if (n < R) {
+        a[n] = __float2half(Silu(v));
+      } else {
+        g[n - R] = __float2half(2.0f * Sigmoid(v));
+      }
     }
   }
 }
 
-// h[c] = mean_s sigmoid(U[s·H + c]·a) · xn[s·H + c], a = silu(di[:R] / S) (dynamic shared memory:
-// R halves); block 0 also writes g = 2·sigmoid(di[R:] / S). Block b serves the (column, stream)
-// pairs 32·b.. in column-major order, so its columns are whole.
+// h[c] = mean_s sigmoid(U[s·H + c]·a) · xn[s·H + c]. A lane group of kLanes a row of up (R
+// values) reads its weights past L1 and a (hot in L1 and L2) beside them; block b serves the
+// (column, stream) pairs 256/kLanes·b.. in column-major order, so its columns are whole, and they
+// meet in shared memory in stream order. xn is rebuilt from X and rstd exactly as the down
+// kernel rounded it.
+template <int kLanes>
 __global__ void __launch_bounds__(kPreThreads)
-    HcPreUpKernel(const __half* __restrict__ di, const __half* __restrict__ U, const float* __restrict__ X,
+    HcPreUpKernel(const __half* __restrict__ a, const __half* __restrict__ U, const float* __restrict__ X,
                   const __half* __restrict__ nw, int nw_len, const float* __restrict__ rstd, __half* __restrict__ h,
-                  __half* __restrict__ g, int S, int H, int R, bool inject) {
-  extern __shared__ uint4 a_mem[];
-  __half* as = reinterpret_cast<__half*>(a_mem);
-  __shared__ float contrib[kUpRows];
-  const int grp = threadIdx.x / kUpLanes, l = threadIdx.x % kUpLanes;
-  const int j = blockIdx.x * kUpRows + grp, c = j / S, s = j % S;
+                  int S, int H, int R) {
+  constexpr int kRowsPerBlock = kPreThreads / kLanes, kLoads = 64 / kLanes;  // 64 runs (R = 512) a batch
+  __shared__ float contrib[kRowsPerBlock];
+  const int grp = threadIdx.x / kLanes, l = threadIdx.x % kLanes;
+  const int j = blockIdx.x * kRowsPerBlock + grp, c = j / S, s = j % S;
   const bool live = c < H;
   const int ri = s * H + c, runs = R / 8;
   const uint4* row = reinterpret_cast<const uint4*>(U + static_cast<int64_t>(live ? ri : 0) * R);
-
-  uint4 wv[kUpLoads];
-#pragma unroll
-  for (int u = 0; u < kUpLoads; ++u) {
-    const int cc = l + u * kUpLanes;
-    wv[u] = live && cc < runs ? gemv::LoadStreamed(row + cc) : make_uint4(0, 0, 0, 0);
-  }
-  // This row's xn, exactly as the down kernel put it in shared memory.
+  const uint4* a4 = reinterpret_cast<const uint4*>(a);
+  // This row's xn, exactly as the down kernel rounded it (its loads go out with the weights').
   float xn = 0;
   if (live) xn = __half2float(__float2half(X[ri] * (rstd[s] * (1.0f + __half2float(nw[ri % nw_len])))));
-  // The gates, as HcGatesKernel computes them.
-  const float sf = static_cast<float>(S);
-  for (int r = threadIdx.x; r < R; r += kPreThreads) as[r] = __float2half(Silu(__half2float(di[r]) / sf));
-  if (blockIdx.x == 0 && inject && threadIdx.x < S) {
-    g[threadIdx.x] = __float2half(2.0f * Sigmoid(__half2float(di[R + threadIdx.x]) / sf));
-  }
-  __syncthreads();
 
-  const uint4* a4 = reinterpret_cast<const uint4*>(as);
   float acc = 0;
+  for (int c0 = l; c0 - l < runs; c0 += kLoads * kLanes) {
+    uint4 wv[kLoads], av[kLoads];
 #pragma unroll
-  for (int u = 0; u < kUpLoads; ++u) {
-    const int cc = l + u * kUpLanes;
-    if (cc < runs) acc += Dot8(wv[u], a4[cc]);
-  }
-  for (int c0 = l + kUpLoads * kUpLanes; c0 - l < runs; c0 += kUpLoads * kUpLanes) {
-#pragma unroll
-    for (int u = 0; u < kUpLoads; ++u) {
-      const int cc = c0 + u * kUpLanes;
+    for (int u = 0; u < kLoads; ++u) {
+      const int cc = c0 + u * kLanes;
       wv[u] = live && cc < runs ? gemv::LoadStreamed(row + cc) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
-    for (int u = 0; u < kUpLoads; ++u) {
-      const int cc = c0 + u * kUpLanes;
-      if (cc < runs) acc += Dot8(wv[u], a4[cc]);
+    for (int u = 0; u < kLoads; ++u) {
+      const int cc = c0 + u * kLanes;
+      av[u] = cc < runs ? __ldg(a4 + cc) : make_uint4(0, 0, 0, 0);
     }
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) acc += Dot8(wv[u], av[u]);
   }
 #pragma unroll
-  for (int o = kUpLanes / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  for (int o = kLanes / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
   if (l == 0) contrib[grp] = Sigmoid(__half2float(__float2half(acc))) * xn;  // m rounded to FP16 first
   __syncthreads();
-  const int cols = kUpRows / S;
+  const int cols = kRowsPerBlock / S;
   if (threadIdx.x < cols) {
     const int cc = blockIdx.x * cols + threadIdx.x;
     if (cc < H) {
       float sum = 0;
       for (int t = 0; t < S; ++t) sum += contrib[threadIdx.x * S + t];
-      h[cc] = __float2half(sum / sf);
+      h[cc] = __float2half(sum / static_cast<float>(S));
     }
   }
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+template <int kRows>
+void LaunchDown(int lane_runs, const float* X, const __half* norm, int nw_len, const __half* W, __half* a, __half* g,
+                float* rstd, int N, int R, int S, int H, float eps, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(CeilDiv(N, kRows)));
+  switch (lane_runs) {
+#define Q38_HC_DOWN(L) \
+  case L: HcPreDownKernel<kRows, L><<<grid, kPreThreads, 0, stream>>>(X, norm, nw_len, W, a, g, rstd, N, R, S, H, eps); break;
+    Q38_HC_DOWN(1)
+    Q38_HC_DOWN(2)
+    Q38_HC_DOWN(3)
+    Q38_HC_DOWN(4)
+    Q38_HC_DOWN(5)
+    Q38_HC_DOWN(6)
+#undef Q38_HC_DOWN
+    default: LOG(FATAL) << "HcPreDown: " << lane_runs << " runs a thread";
+  }
+}
+
 }  // namespace
+
+HcPreConfig HcPreChoose(int64_t S, int64_t H, int64_t R) {
+  (void)S, (void)H;
+  HcPreConfig c;
+  // Measured on one H200 (hc_bench, 2026-12-02, a graph of 97 pre steps): at R = 320 (324 rows of
+  // K = 10,240) 4 rows a block (81 blocks, X read from L2 81 times) take the down kernel 5.5 µs
+  // against 6.3 at 2 rows and 8.0 at 1; at R = 16 (20 rows) 2 rows a block are best (2.2 µs
+  // against 2.3 at 4). 16 lanes a row of up beat 8 at R = 320 (4.8 µs against 5.2) and at R = 16
+  // (2.5 against 2.8).
+  c.down_rows = R >= 256 ? 4 : 2;
+  c.up_lanes = 16;
+  return c;
+}
 
 bool HcPreFusedFits(int64_t S, int64_t H, int64_t R, int64_t norm_len, const void* X, const void* norm,
                     const void* down_inject, const void* up) {
-  return S >= 1 && S <= kMaxStreams && kUpRows % S == 0 && H >= 8 && H % 8 == 0 && R >= 8 && R % 8 == 0 &&
-         (norm_len == H || norm_len == S * H) && S * H * 2 <= kPreMaxSharedBytes && R * 2 <= kPreMaxSharedBytes &&
+  return S >= 1 && S <= kMaxStreams && kPreThreads / 16 % S == 0 && H >= 8 && H % 8 == 0 && R >= 8 && R % 8 == 0 &&
+         (norm_len == H || norm_len == S * H) && S * H / 8 <= kMaxLaneRuns * kPreThreads &&
          Aligned16(X) && Aligned16(norm) && Aligned16(down_inject) && Aligned16(up);
+}
+
+void HcPreFusedDown(const HcPreConfig& config, const float* X, const __half* norm, int64_t norm_len,
+                    const __half* down_inject, __half* a, __half* g, float* rstd, int64_t S, int64_t H, int64_t R,
+                    bool inject, float eps, cudaStream_t stream) {
+  const int N = static_cast<int>(R + (inject ? S : 0));
+  const int lane_runs = static_cast<int>(CeilDiv(S * H / 8, kPreThreads));
+  const int s = static_cast<int>(S), hh = static_cast<int>(H), r = static_cast<int>(R), nl = static_cast<int>(norm_len);
+  switch (config.down_rows) {
+    case 1: LaunchDown<1>(lane_runs, X, norm, nl, down_inject, a, g, rstd, N, r, s, hh, eps, stream); break;
+    case 2: LaunchDown<2>(lane_runs, X, norm, nl, down_inject, a, g, rstd, N, r, s, hh, eps, stream); break;
+    case 4: LaunchDown<4>(lane_runs, X, norm, nl, down_inject, a, g, rstd, N, r, s, hh, eps, stream); break;
+    default: LOG(FATAL) << "HcPreFused: " << config.down_rows << " down rows a block";
+  }
+  Q38_CUDA_LAUNCHED();
+}
+
+void HcPreFusedUp(const HcPreConfig& config, const float* X, const __half* norm, int64_t norm_len, const __half* up,
+                  const __half* a, const float* rstd, __half* h, int64_t S, int64_t H, int64_t R, cudaStream_t stream) {
+  const int s = static_cast<int>(S), hh = static_cast<int>(H), r = static_cast<int>(R), nl = static_cast<int>(norm_len);
+  switch (config.up_lanes) {
+    case 8:
+      HcPreUpKernel<8><<<CeilDiv(S * H, kPreThreads / 8), kPreThreads, 0, stream>>>(a, up, X, norm, nl, rstd, h, s, hh, r);
+      break;
+    case 16:
+      HcPreUpKernel<16><<<CeilDiv(S * H, kPreThreads / 16), kPreThreads, 0, stream>>>(a, up, X, norm, nl, rstd, h, s, hh, r);
+      break;
+    default: LOG(FATAL) << "HcPreFused: " << config.up_lanes << " up lanes a row";
+  }
+  Q38_CUDA_LAUNCHED();
+}
+
+void HcPreFused(const HcPreConfig& config, const float* X, const __half* norm, int64_t norm_len,
+                const __half* down_inject, const __half* up, __half* h, __half* g, __half* di, float* rstd, int64_t S,
+                int64_t H, int64_t R, bool inject, float eps, cudaStream_t stream) {
+  CHECK(HcPreFusedFits(S, H, R, norm_len, X, norm, down_inject, up)) << "HcPreFused: S " << S << " H " << H << " R " << R;
+  CHECK(!inject || g != nullptr);
+  CHECK(Aligned16(di)) << "HcPreFused: the scratch for a is read 16 bytes at a time";
+  HcPreFusedDown(config, X, norm, norm_len, down_inject, di, g, rstd, S, H, R, inject, eps, stream);
+  HcPreFusedUp(config, X, norm, norm_len, up, di, rstd, h, S, H, R, stream);
 }
 
 void HcPreFused(const float* X, const __half* norm, int64_t norm_len, const __half* down_inject, const __half* up,
                 __half* h, __half* g, __half* di, float* rstd, int64_t S, int64_t H, int64_t R, bool inject, float eps,
                 cudaStream_t stream) {
-  CHECK(HcPreFusedFits(S, H, R, norm_len, X, norm, down_inject, up)) << "HcPreFused: S " << S << " H " << H << " R " << R;
-  const int64_t N = R + (inject ? S : 0);
-  HcPreDownKernel<<<CeilDiv(N, kDownRows), kPreThreads, S * H * 2, stream>>>(
-      X, norm, static_cast<int>(norm_len), down_inject, di, rstd, static_cast<int>(N), static_cast<int>(S),
-      static_cast<int>(H), eps);
-  Q38_CUDA_LAUNCHED();
-  HcPreUpKernel<<<CeilDiv(S * H, kUpRows), kPreThreads, CeilDiv(R * 2, 16) * 16, stream>>>(
-      di, up, X, norm, static_cast<int>(norm_len), rstd, h, g, static_cast<int>(S), static_cast<int>(H),
-      static_cast<int>(R), inject);
-  Q38_CUDA_LAUNCHED();
+  HcPreFused(HcPreChoose(S, H, R), X, norm, norm_len, down_inject, up, h, g, di, rstd, S, H, R, inject, eps, stream);
 }
 
 void EmbedStreams(const __half* table, const int32_t* ids, float* X, int64_t T, int64_t S, int64_t H,

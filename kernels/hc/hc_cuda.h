@@ -18,20 +18,38 @@ void HcResidual(float* X, const __half* g, const __half* y, int64_t T, int64_t S
 
 // The pre step of one module for one token (Backend::HcPre at T = 1) in two kernels instead of
 // five (norm, down/inject GEMV, gates, up GEMV, combine):
-//  1. the norm inside the down/inject GEMV: every block reduces X's per-stream sums of squares
-//     itself (X is 40 KB at full size, read from L2) while its first weight loads are in flight,
-//     writes xn = X·rstd·(1 + norm) as FP16 into shared memory, and reads its rows against it;
-//     di [rows] (FP16, as the composition rounds it) and rstd [S] (F32) go to scratch;
-//  2. the gates, the up GEMV and the combine: every block computes a = silu(di[:R] / S) into
-//     shared memory, a lane group of 8 per row of up reads its R weights against it, the S rows of
-//     one column meet in shared memory as sigmoid(m)·xn (xn again from X and rstd), h = their
-//     mean in stream order; block 0 writes g = 2·sigmoid(di[R:] / S).
-// Rounds where the composition rounds (xn, di, a, m, h to FP16); sums in a fixed order.
-// Needs HcPreFusedFits.
+//  1. the norm and the gates around the down/inject GEMV: a block takes `down_rows` rows of
+//     down_inject, each thread a fixed slice of K for all of them. A thread issues all its weight
+//     loads first, then reads its slice of X and of the norm weights once into registers; the
+//     per-stream sums of squares meet in shared memory, xn = X·rstd·(1 + norm) is rounded to FP16
+//     in registers, dotted with the rows, and the block writes a = silu(di[:R] / S) (FP16, into
+//     the `di` scratch) and g = 2·sigmoid(di[R:] / S); block 0 writes rstd [S] (F32);
+//  2. the up GEMV and the combine: a lane group of `up_lanes` a row of up reads its R weights
+//     against a, the S rows of one column meet in shared memory as sigmoid(m)·xn (xn again from
+//     X and rstd), h = their mean in stream order.
+// Rounds where the composition rounds (xn, di, a, m, h to FP16); sums in a fixed order that
+// depends on the shape and the configuration alone. Needs HcPreFusedFits (K = S·H ≤ 12,288).
+struct HcPreConfig {
+  int down_rows = 4;  // rows of down_inject a block of the first kernel: 1, 2 or 4
+  int up_lanes = 16;  // lanes a row of up in the second kernel: 8 or 16
+};
+// The configuration HcPreFused uses for a shape.
+HcPreConfig HcPreChoose(int64_t S, int64_t H, int64_t R);
 bool HcPreFusedFits(int64_t S, int64_t H, int64_t R, int64_t norm_len, const void* X, const void* norm,
                     const void* down_inject, const void* up);
+// di: scratch of at least R halves, 16-byte aligned (it receives a); rstd: S floats.
 void HcPreFused(const float* X, const __half* norm, int64_t norm_len, const __half* down_inject, const __half* up,
                 __half* h, __half* g, __half* di, float* rstd, int64_t S, int64_t H, int64_t R, bool inject, float eps,
                 cudaStream_t stream);
+// The same with a given configuration (tests and hc_bench), and its two kernels alone (hc_bench
+// times them apart; a [R] and g [S] are kernel 1's outputs, a kernel 2's input).
+void HcPreFused(const HcPreConfig& config, const float* X, const __half* norm, int64_t norm_len,
+                const __half* down_inject, const __half* up, __half* h, __half* g, __half* di, float* rstd, int64_t S,
+                int64_t H, int64_t R, bool inject, float eps, cudaStream_t stream);
+void HcPreFusedDown(const HcPreConfig& config, const float* X, const __half* norm, int64_t norm_len,
+                    const __half* down_inject, __half* a, __half* g, float* rstd, int64_t S, int64_t H, int64_t R,
+                    bool inject, float eps, cudaStream_t stream);
+void HcPreFusedUp(const HcPreConfig& config, const float* X, const __half* norm, int64_t norm_len, const __half* up,
+                  const __half* a, const float* rstd, __half* h, int64_t S, int64_t H, int64_t R, cudaStream_t stream);
 
 }  // namespace q38::cuda

@@ -5,6 +5,7 @@
 #include <string>
 #include <tuple>
 
+#include "kernels/hc/hc_cuda.h"
 #include "kernels/testing/backend_pair.h"
 
 namespace q38 {
@@ -102,6 +103,85 @@ TEST(HcCuda, PreStepFusedAndComposed) {
         } else {
           const std::vector<float> gf = b.GpuFloats(g);
           for (float v : gf) EXPECT_TRUE(std::isnan(v)) << "g written without inject, " << at;
+        }
+      }
+    }
+  }
+}
+
+// Every configuration of the fused pair (cuda::HcPreConfig: 1, 2 or 4 rows of down_inject a block,
+// 8 or 16 lanes a row of up) against the CPU reference, at the model's widths and at shapes whose
+// K leaves threads of the first kernel without runs (K = 80, 1,024), takes several runs a thread
+// with a partial last one (K = 5,200), or the most the kernel takes (K = 12,288: 6 runs a thread);
+// N not a multiple of the rows a block; norm weights of S·H and of H. Each configuration's result is the same on a second run
+// (a fixed order of sums), and the chosen one is what Backend::HcPre gives.
+TEST(HcCuda, PreStepFusedEveryConfiguration) {
+  Q38_REQUIRE_GPU();
+  BackendPair b;
+  const cudaStream_t stream = b.gpu().stream();
+  int shape = 0;
+  for (auto [S, H, R] : {std::tuple<int64_t, int64_t, int64_t>{4, 2560, 320}, {4, 256, 16}, {2, 40, 8}, {2, 2600, 24},
+                         {4, 3072, 64}, {8, 64, 40}, {1, 512, 32}}) {
+    const bool norm_per_row = shape++ % 2 == 0;  // norm weights of S·H, or of H shared by the streams
+    for (bool inject : {true, false}) {
+      const int64_t W = S * H, rows = R + (inject ? S : 0), norm_len = norm_per_row ? W : H;
+      auto X = b.F32(Normal(W, 21), {1, W});
+      auto norm = b.Act(cpu::op_test::Uniform(norm_len, 22, -0.3f, 0.3f), {norm_len});
+      std::vector<float> down = Normal(rows * W, 23), up = Normal(W * R, 24);
+      for (float& v : down) v /= std::sqrt(static_cast<float>(W));
+      for (float& v : up) v *= 2.0f / std::sqrt(static_cast<float>(R));
+      auto dw = b.Act(down, {rows, W});
+      auto uw = b.Act(up, {W, R});
+      const std::string at = "S " + std::to_string(S) + " H " + std::to_string(H) + " R " + std::to_string(R) +
+                             (inject ? " inject" : "");
+      ASSERT_TRUE(cuda::HcPreFusedFits(S, H, R, norm_len, X.gpu.t().data, norm.gpu.t().data, dw.gpu.t().data,
+                                       uw.gpu.t().data))
+          << at;
+      auto h = b.Out({1, H}), g = b.Out({1, S});
+      b.cpu().HcPre(X.cpu.t(), norm.cpu.t(), dw.cpu.t(), uw.cpu.t(), h.cpu.t(), g.cpu.t(), S, 1e-6f);
+      auto hb = b.Out({1, H}), gb = b.Out({1, S});
+      b.gpu().HcPre(X.gpu.t(), norm.gpu.t(), dw.gpu.t(), uw.gpu.t(), hb.gpu.t(), gb.gpu.t(), S, 1e-6f);
+      const std::vector<float> h_backend = b.GpuFloats(hb), g_backend = b.GpuFloats(gb);
+      auto scratch = b.Out({rows});
+      auto rstd = b.Out({S}, DType::kF32);
+      const cuda::HcPreConfig chosen = cuda::HcPreChoose(S, H, R);
+      for (int down_rows : {1, 2, 4}) {
+        for (int up_lanes : {8, 16}) {
+          const cuda::HcPreConfig c{down_rows, up_lanes};
+          const std::string with = at + " down_rows " + std::to_string(down_rows) + " up_lanes " + std::to_string(up_lanes);
+          std::vector<float> first_h, first_g;
+          for (int run = 0; run < 2; ++run) {
+            b.gpu().Fill(h.gpu.t(), NAN);  // the CPU side holds the reference
+            b.gpu().Fill(g.gpu.t(), NAN);
+            cuda::HcPreFused(c, static_cast<const float*>(X.gpu.t().data), static_cast<const __half*>(norm.gpu.t().data),
+                             norm_len, static_cast<const __half*>(dw.gpu.t().data),
+                             static_cast<const __half*>(uw.gpu.t().data), static_cast<__half*>(h.gpu.t().data),
+                             inject ? static_cast<__half*>(g.gpu.t().data) : nullptr,
+                             static_cast<__half*>(scratch.gpu.t().data), static_cast<float*>(rstd.gpu.t().data), S, H,
+                             R, inject, 1e-6f, stream);
+            ASSERT_EQ(cudaGetLastError(), cudaSuccess) << with;
+            const std::vector<float> hg = b.GpuFloats(h), gg = b.GpuFloats(g);
+            if (run == 0) {
+              EXPECT_TRUE(b.Matches(h, 8)) << "h against the CPU, " << with;
+              if (inject) {
+                EXPECT_TRUE(b.Matches(g, 8)) << "g against the CPU, " << with;
+              } else {
+                for (float v : gg) EXPECT_TRUE(std::isnan(v)) << "g written without inject, " << with;
+              }
+              first_h = hg, first_g = gg;
+              if (c.down_rows == chosen.down_rows && c.up_lanes == chosen.up_lanes) {
+                for (int64_t i = 0; i < H; ++i) EXPECT_EQ(hg[i], h_backend[i]) << "h as HcPre's, " << with << " at " << i;
+                if (inject) {
+                  for (int64_t i = 0; i < S; ++i) EXPECT_EQ(gg[i], g_backend[i]) << "g as HcPre's, " << with;
+                }
+              }
+            } else {
+              for (int64_t i = 0; i < H; ++i) EXPECT_EQ(hg[i], first_h[i]) << "h again, " << with << " at " << i;
+              if (inject) {
+                for (int64_t i = 0; i < S; ++i) EXPECT_EQ(gg[i], first_g[i]) << "g again, " << with;
+              }
+            }
+          }
         }
       }
     }
