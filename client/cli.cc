@@ -19,9 +19,9 @@
 #include "client/manifest.h"
 #include "common/atomic_file.h"
 #include "common/config.h"
-#include "deploy/bundle.h"
 #include "google/protobuf/text_format.h"
-#include "server/tokenizer/fixed_prompt.h"
+#include "provenance/bundle.h"
+#include "tokenizer/fixed_prompt.h"
 
 namespace q38::client {
 namespace {

@@ -3,7 +3,7 @@
 // declares the Abseil flags and copies them into CliArgs.
 //
 // Exit codes: 0 success; 1 not serving (health) or manifests differ (manifest --diff); 64 a usage
-// error; 20-26 a bundle refused (bundle verify; deploy/bundle.h); otherwise the absl/gRPC status
+// error; 20-26 a bundle refused (bundle verify; provenance/bundle.h); otherwise the absl/gRPC status
 // code (1–16) of the failure, e.g. 14 UNAVAILABLE.
 #pragma once
 

@@ -14,7 +14,7 @@ enum ServerExit : int {
   kExitContract = 5,         // the workers deviate from --contract
   kExitModelRefused = 6,     // config.json, generation_config.json, the tokenizer or a checkpoint file
   kExitCannotServe = 7,      // the listening ports, TLS files, API key file or run directory
-  // 20-26: the bundle is refused (deploy/bundle.h).
+  // 20-26: the bundle is refused (provenance/bundle.h).
 };
 
 // q38-worker: the checkpoint itself is refused (as opposed to the device or the group failing), so

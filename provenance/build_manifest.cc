@@ -1,4 +1,4 @@
-#include "deploy/build_manifest.h"
+#include "provenance/build_manifest.h"
 
 #include <sys/stat.h>
 

@@ -17,8 +17,9 @@ inline constexpr char kBuildManifestFormat[] = "q38.build_manifest/1";
 inline constexpr char kBuildManifestFile[] = "build_manifest.json";
 
 // The production tree: every git-tracked file under these paths (tests, docs and scripts excluded).
-inline constexpr const char* kProductionPaths[] = {"CMakeLists.txt", "common", "proto", "kernels",
-                                                   "worker", "server", "client", "deploy"};
+inline constexpr const char* kProductionPaths[] = {"CMakeLists.txt", "common", "proto", "tokenizer",
+                                                   "kernels", "worker", "server", "client",
+                                                   "provenance", "deploy"};
 
 struct SourceTree {
   std::string commit;                          // git HEAD

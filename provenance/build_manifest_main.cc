@@ -1,5 +1,5 @@
 // q38-build-manifest: run by the build (target q38_build_manifest) once every release binary is
-// linked; writes build_manifest.json (deploy/build_manifest.h). Exit 0 also when the manifest is
+// linked; writes build_manifest.json (provenance/build_manifest.h). Exit 0 also when the manifest is
 // left incomplete (the reason is printed): the build itself succeeded, the bundle will refuse it.
 #include <iostream>
 
@@ -8,7 +8,7 @@
 #include "absl/flags/usage.h"
 #include "common/config.h"
 #include "common/json_fields.h"
-#include "deploy/build_manifest.h"
+#include "provenance/build_manifest.h"
 
 ABSL_FLAG(std::string, source_root, "", "the git checkout that was built");
 ABSL_FLAG(std::string, out, "", "the manifest file to write");

@@ -1,4 +1,4 @@
-#include "deploy/build_manifest.h"
+#include "provenance/build_manifest.h"
 
 #include <fstream>
 #include <thread>
@@ -7,7 +7,7 @@
 
 #include "common/config.h"
 #include "common/sha256.h"
-#include "deploy/test_tree.h"
+#include "provenance/test_tree.h"
 
 namespace q38 {
 namespace {

@@ -1,4 +1,4 @@
-#include "deploy/bundle.h"
+#include "provenance/bundle.h"
 
 #include <algorithm>
 #include <chrono>

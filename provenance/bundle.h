@@ -11,8 +11,8 @@
 
 #include "absl/status/statusor.h"
 #include "common/mapped_objects.h"
-#include "deploy/build_manifest.h"
 #include "nlohmann/json.hpp"
+#include "provenance/build_manifest.h"
 
 namespace q38 {
 

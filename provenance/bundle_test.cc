@@ -1,4 +1,4 @@
-#include "deploy/bundle.h"
+#include "provenance/bundle.h"
 
 #include <filesystem>
 #include <fstream>
@@ -7,7 +7,7 @@
 
 #include "common/config.h"
 #include "common/sha256.h"
-#include "deploy/test_tree.h"
+#include "provenance/test_tree.h"
 
 namespace q38 {
 namespace {

@@ -1,4 +1,4 @@
-#include "deploy/test_tree.h"
+#include "provenance/test_tree.h"
 
 #include <unistd.h>
 

@@ -1,10 +1,10 @@
-// Test helpers for deploy/: a throwaway git checkout with a production tree, and a build manifest
+// Test helpers for provenance/: a throwaway git checkout with a production tree, and a build manifest
 // of real ELF binaries (copies of the test binary, which links shared libraries a bundle carries).
 #pragma once
 
 #include <string>
 
-#include "deploy/build_manifest.h"
+#include "provenance/build_manifest.h"
 
 namespace q38::testing {
 

@@ -16,7 +16,7 @@
 #include "common/config.h"
 #include "nlohmann/json.hpp"
 #include "server/contract.h"
-#include "server/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace q38 {
 

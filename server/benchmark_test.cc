@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "common/config.h"
-#include "server/tokenizer/fixed_prompt.h"
+#include "tokenizer/fixed_prompt.h"
 
 namespace q38 {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "deploy/bundle.h"
+#include "provenance/bundle.h"
 #include "q38/v1/q38.pb.h"
 #include "q38/worker/v1/worker.pb.h"
 
@@ -16,7 +16,7 @@ namespace q38 {
 // FailedPrecondition naming the first rank that breaks the rule.
 absl::Status CheckGroup(const std::vector<worker::v1::WorkerInfo>& infos, int tp);
 
-// Each rank's executable and mapped shared objects against the bundle (deploy/bundle.h).
+// Each rank's executable and mapped shared objects against the bundle (provenance/bundle.h).
 Verdict CheckGroupAgainstBundle(const std::vector<worker::v1::WorkerInfo>& infos, const Bundle& bundle);
 
 // The served manifest: the workers' manifests, sorted by rank, under the group's identity.

@@ -14,8 +14,8 @@
 #include "server/metrics.h"
 #include "server/raw_rpc.h"
 #include "server/scheduler.h"
-#include "server/tokenizer/tokenizer.h"
 #include "server/validation.h"
+#include "tokenizer/tokenizer.h"
 
 namespace q38 {
 

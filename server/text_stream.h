@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "server/tokenizer/incremental_decoder.h"
+#include "tokenizer/incremental_decoder.h"
 
 namespace q38 {
 

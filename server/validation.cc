@@ -8,7 +8,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
 #include "google/protobuf/unknown_field_set.h"
-#include "server/tokenizer/utf8.h"
+#include "tokenizer/utf8.h"
 
 namespace q38 {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/tokenizer/added_tokens.h"
+#include "tokenizer/added_tokens.h"
 
 #include "common/status.h"
 

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "server/tokenizer/string_util.h"
+#include "tokenizer/string_util.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/tokenizer/regex.h"
+#include "tokenizer/regex.h"
 
 namespace q38 {
 

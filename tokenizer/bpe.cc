@@ -1,4 +1,4 @@
-#include "server/tokenizer/bpe.h"
+#include "tokenizer/bpe.h"
 
 #include <atomic>
 #include <climits>
@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "server/tokenizer/byte_level.h"
+#include "tokenizer/byte_level.h"
 
 namespace q38 {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/tokenizer/byte_level.h"
+#include "tokenizer/byte_level.h"
 
 namespace q38::byte_level {
 namespace {

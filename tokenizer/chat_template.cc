@@ -1,4 +1,4 @@
-#include "server/tokenizer/chat_template.h"
+#include "tokenizer/chat_template.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"

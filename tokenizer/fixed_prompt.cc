@@ -1,4 +1,4 @@
-#include "server/tokenizer/fixed_prompt.h"
+#include "tokenizer/fixed_prompt.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "server/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace q38 {
 

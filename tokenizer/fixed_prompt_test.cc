@@ -1,4 +1,4 @@
-#include "server/tokenizer/fixed_prompt.h"
+#include "tokenizer/fixed_prompt.h"
 
 #include <cstdlib>
 

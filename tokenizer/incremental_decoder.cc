@@ -1,4 +1,4 @@
-#include "server/tokenizer/incremental_decoder.h"
+#include "tokenizer/incremental_decoder.h"
 
 namespace q38 {
 

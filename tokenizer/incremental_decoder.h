@@ -9,8 +9,8 @@
 #include <string>
 
 #include "absl/types/span.h"
-#include "server/tokenizer/tokenizer.h"
-#include "server/tokenizer/utf8.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace q38 {
 

@@ -1,4 +1,4 @@
-#include "server/tokenizer/normalizer.h"
+#include "tokenizer/normalizer.h"
 
 #include <utf8proc.h>
 

@@ -1,10 +1,10 @@
-#include "server/tokenizer/pretokenizer.h"
+#include "tokenizer/pretokenizer.h"
 
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "server/tokenizer/string_util.h"
+#include "tokenizer/string_util.h"
 
 namespace q38 {
 namespace {

@@ -11,7 +11,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/tokenizer/regex.h"
+#include "tokenizer/regex.h"
 
 namespace q38 {
 

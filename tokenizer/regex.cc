@@ -1,4 +1,4 @@
-#include "server/tokenizer/regex.h"
+#include "tokenizer/regex.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "server/tokenizer/string_util.h"
+#include "tokenizer/string_util.h"
 
 namespace q38 {
 

@@ -1,12 +1,12 @@
-#include "server/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
 #include "common/status.h"
-#include "server/tokenizer/normalizer.h"
-#include "server/tokenizer/tokenizer_state.h"
-#include "server/tokenizer/utf8.h"
+#include "tokenizer/normalizer.h"
+#include "tokenizer/tokenizer_state.h"
+#include "tokenizer/utf8.h"
 
 namespace q38 {
 Tokenizer::Tokenizer() : s_(std::make_unique<State>()) {}

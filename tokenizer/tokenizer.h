@@ -19,7 +19,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "server/tokenizer/chat_template.h"
+#include "tokenizer/chat_template.h"
 
 namespace q38 {
 

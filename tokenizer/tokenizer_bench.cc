@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 int main(int argc, char** argv) {
   if (argc < 3) {

@@ -8,11 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status.h"
-#include "server/tokenizer/byte_level.h"
-#include "server/tokenizer/normalizer.h"
-#include "server/tokenizer/string_util.h"
-#include "server/tokenizer/tokenizer.h"
-#include "server/tokenizer/tokenizer_state.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/normalizer.h"
+#include "tokenizer/string_util.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_state.h"
 
 namespace q38 {
 

@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "server/tokenizer/added_tokens.h"
-#include "server/tokenizer/bpe.h"
-#include "server/tokenizer/chat_template.h"
-#include "server/tokenizer/pretokenizer.h"
-#include "server/tokenizer/string_util.h"
-#include "server/tokenizer/tokenizer.h"
+#include "tokenizer/added_tokens.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/string_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace q38 {
 

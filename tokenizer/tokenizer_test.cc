@@ -11,14 +11,14 @@
 
 #include <gtest/gtest.h>
 
-#include "server/tokenizer/byte_level.h"
-#include "server/tokenizer/incremental_decoder.h"
-#include "server/tokenizer/normalizer.h"
-#include "server/tokenizer/pretokenizer.h"
-#include "server/tokenizer/regex.h"
-#include "server/tokenizer/tokenizer.h"
-#include "server/tokenizer/tokenizer_test_fixture.h"
-#include "server/tokenizer/utf8.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/incremental_decoder.h"
+#include "tokenizer/normalizer.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/regex.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_test_fixture.h"
+#include "tokenizer/utf8.h"
 
 namespace q38 {
 namespace {

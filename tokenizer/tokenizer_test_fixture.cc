@@ -1,11 +1,11 @@
-#include "server/tokenizer/tokenizer_test_fixture.h"
+#include "tokenizer/tokenizer_test_fixture.h"
 
 #include <fstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
-#include "server/tokenizer/byte_level.h"
+#include "tokenizer/byte_level.h"
 
 namespace q38::tokenizer_test {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "server/tokenizer/chat_template.h"
+#include "tokenizer/chat_template.h"
 
 namespace q38::tokenizer_test {
 

@@ -1,4 +1,4 @@
-#include "server/tokenizer/utf8.h"
+#include "tokenizer/utf8.h"
 
 #include <cstdint>
 #include <cstring>

@@ -11,7 +11,7 @@
 
 #include "common/config.h"
 #include "common/subprocess.h"
-#include "deploy/bundle.h"
+#include "provenance/bundle.h"
 #include "tests/e2e/server_harness.h"
 
 namespace q38::e2e {

@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "common/config.h"
-#include "server/tokenizer/tokenizer.h"
 #include "tests/e2e/server_harness.h"
+#include "tokenizer/tokenizer.h"
 #include "worker/checkpoint/safetensors.h"
 
 namespace q38::e2e {

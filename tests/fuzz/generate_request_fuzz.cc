@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "google/protobuf/stubs/logging.h"
-#include "server/tokenizer/tokenizer.h"
 #include "server/validation.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "server/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);

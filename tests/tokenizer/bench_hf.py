@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Times Hugging Face `tokenizers` encoding the benchmark corpus single-threaded.
 
-The counterpart of build-tok/server/tokenizer/tokenizer_bench: same corpus file (JSON lines, one
+The counterpart of build-tok/tokenizer/tokenizer_bench: same corpus file (JSON lines, one
 document each, from make_fixture.py --bench-corpus), same loop (one encode per document, no
 batching, no special tokens added), same report (each run, then the median).
 

@@ -5,7 +5,7 @@
   python3 tests/tokenizer/make_fixture.py                     # rewrites tests/fixtures/tokenizer/
   python3 tests/tokenizer/make_fixture.py --bench-corpus F    # also writes the benchmark corpus
 
-Outputs (committed; server/tokenizer/tokenizer_test reads them):
+Outputs (committed; tokenizer/tokenizer_test reads them):
   parity.jsonl        line 1: metadata and tokenizer variants (JSON patches applied to the Qwen3
                       tokenizer.json to exercise options Qwen3 does not use); then one line per
                       string: {"v": variant, "t": text, "ids": HF ids, "ids_nosp": ids with special

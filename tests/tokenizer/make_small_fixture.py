@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/tokenizer/small_parity.jsonl: HF ids of the small model's tokenizer
 (train/tokenizer/) on the general fixture corpus and on held-out curriculum text, in the format of
-parity.jsonl (one variant, no patch), for server/tokenizer/tokenizer_test.
+parity.jsonl (one variant, no patch), for tokenizer/tokenizer_test.
 
   pip install tokenizers jinja2
   python3 tests/tokenizer/make_small_fixture.py
