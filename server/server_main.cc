@@ -29,7 +29,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "common/mapped_objects.h"
-#include "deploy/bundle.h"
+#include "provenance/bundle.h"
 #include "server/contract.h"
 #include "server/group_check.h"
 #include "server/run_dir.h"
@@ -357,6 +357,11 @@ int Run() {
   int64_t max_request = absl::GetFlag(FLAGS_max_request_bytes);
   if (max_request <= 0) max_request = std::max<int64_t>(int64_t{1} << 20, 32 * max_context);
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(max_request, INT32_MAX)));
+  // The size check sees a message only once it has arrived: a memory quota over every connection's
+  // buffers keeps many large requests at once from being buffered in full first.
+  grpc::ResourceQuota quota("q38-server");
+  quota.Resize(static_cast<size_t>(std::max<int64_t>(32 << 20, 4 * max_request)));
+  builder.SetResourceQuota(quota);
   builder.RegisterService(&api);
   builder.RegisterService(&admin);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -211,6 +211,32 @@ TEST_F(ContractServer, UndecodableRequestsAreInvalidArgument) {
   EXPECT_TRUE(Generate(server_->api(), TokensRequest(kPrompt, 2), 10000).status.ok());
 }
 
+// 15: many large requests at once are refused by their length without the coordinator buffering them.
+TEST_F(ContractServer, ConcurrentHugeRequestsLeaveTheCoordinatorsMemoryFlat) {
+  ASSERT_TRUE(server_->ready());
+  auto rss_mb = [&] {
+    std::istringstream in(ReadAll(absl::StrCat("/proc/", server_->pid(), "/status")));
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+    }
+    return -1.0;
+  };
+  const double before = rss_mb();
+  v1::GenerateRequest req;
+  req.set_text(std::string(32 << 20, 'a'));
+  req.set_max_tokens(2);
+  std::vector<std::thread> clients;
+  std::vector<grpc::StatusCode> codes(16);
+  for (int i = 0; i < 16; ++i) clients.emplace_back([&, i] { codes[i] = Generate(server_->api(), req, 30000).status.error_code(); });
+  for (auto& c : clients) c.join();
+  for (grpc::StatusCode c : codes) EXPECT_EQ(c, grpc::StatusCode::RESOURCE_EXHAUSTED);
+  const double after = rss_mb();
+  std::cout << "coordinator RSS " << before << " MB before 16 requests of 32 MB, " << after << " MB after\n";
+  // 16 x 32 MB = 512 MB offered; without the memory quota the coordinator took 263 MB of it.
+  EXPECT_LT(after - before, 96.0);
+  EXPECT_TRUE(Generate(server_->api(), TokensRequest(kPrompt, 2), 10000).status.ok());
+}
+
 // 3: a worker stopped mid-stream at TP 1 (no peer to notice) is found by the step watchdog.
 TEST(Resilience, AHungWorkerAtTp1IsDetectedAndTheGroupRestarted) {
   Server s({.tp = 1, .restart_policy = "restart", .extra_flags = {"--step_timeout_s=2"}});
