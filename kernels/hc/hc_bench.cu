@@ -27,6 +27,7 @@
 #include "kernels/linear/linear_cuda.h"
 #include "kernels/norm/norm_cuda.h"
 #include "kernels/testing/bench_util.h"
+#include "kernels/testing/device_array.cuh"
 
 namespace q38 {
 namespace {
@@ -50,22 +51,8 @@ __global__ void FillFloatKernel(float* p, int64_t n, uint32_t seed, float scale)
     p[i] = scale * HashUnit(i, seed);
 }
 
-template <typename T>
-struct DeviceArray {
-  T* p = nullptr;
-  explicit DeviceArray(size_t n) { Q38_CUDA_CHECK(cudaMalloc(&p, n * sizeof(T))); }
-  ~DeviceArray() { cudaFree(p); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-};
-
-std::vector<float> ToHost(const __half* d, size_t n) {
-  std::vector<__half> h(n);
-  Q38_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(__half), cudaMemcpyDeviceToHost));
-  std::vector<float> f(n);
-  for (size_t i = 0; i < n; ++i) f[i] = __half2float(h[i]);
-  return f;
-}
+using bench::DeviceArray;
+using bench::ToHost;
 
 // One module's operands: copies of its weights spanning 256 MB, X, scratch and outputs.
 struct Module {
@@ -255,15 +242,4 @@ int Run(Bench& b) {
 }  // namespace
 }  // namespace q38
 
-int main() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::printf("hc_bench: no CUDA device visible\n");
-    return 0;
-  }
-  q38::bench::Bench b;
-  std::printf("# hc_bench on %s\n", b.DeviceLine().c_str());
-  const int failures = q38::Run(b);
-  std::printf("\n%s\n", failures == 0 ? "fused matches composed" : "MISMATCHES: see above");
-  return failures == 0 ? 0 : 1;
-}
+int main() { return q38::bench::BenchMain("hc_bench", "fused matches composed", q38::Run); }

@@ -31,6 +31,7 @@
 #include "kernels/linear/linear_cuda.h"
 #include "kernels/linear/linear_gemv_v0.cuh"
 #include "kernels/testing/bench_util.h"
+#include "kernels/testing/device_array.cuh"
 
 namespace q38 {
 namespace {
@@ -53,22 +54,8 @@ __global__ void FillHalfKernel(__half* p, int64_t n, uint32_t seed, float scale)
 
 __global__ void EmptyKernel() {}
 
-template <typename T>
-struct DeviceArray {
-  T* p = nullptr;
-  explicit DeviceArray(size_t n) { Q38_CUDA_CHECK(cudaMalloc(&p, n * sizeof(T))); }
-  ~DeviceArray() { cudaFree(p); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-};
-
-std::vector<float> ToHost(const __half* d, size_t n) {
-  std::vector<__half> h(n);
-  Q38_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(__half), cudaMemcpyDeviceToHost));
-  std::vector<float> f(n);
-  for (size_t i = 0; i < n; ++i) f[i] = __half2float(h[i]);
-  return f;
-}
+using bench::DeviceArray;
+using bench::ToHost;
 
 // A GEMV variant: a name and how to launch it.
 struct Variant {

@@ -98,15 +98,4 @@ int Run(bench::Bench& b) {
 }  // namespace
 }  // namespace q38
 
-int main() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::printf("logits_bench: no CUDA device visible\n");
-    return 0;
-  }
-  q38::bench::Bench b;
-  std::printf("# logits_bench on %s\n", b.DeviceLine().c_str());
-  const int failures = q38::Run(b);
-  std::printf("\n%s\n", failures == 0 ? "ArgMax picks the host's id" : "MISMATCHES: see above");
-  return failures == 0 ? 0 : 1;
-}
+int main() { return q38::bench::BenchMain("logits_bench", "ArgMax picks the host's id", q38::Run); }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -207,6 +208,19 @@ double Bench::WmmaTflops() {
   }
   Q38_CUDA_CHECK(cudaFree(sink));
   return best;
+}
+
+int BenchMain(const char* name, const char* ok, const std::function<int(Bench&)>& run) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("%s: no CUDA device visible\n", name);
+    return 0;
+  }
+  Bench b;
+  std::printf("# %s on %s\n", name, b.DeviceLine().c_str());
+  const int failures = run(b);
+  std::printf("\n%s\n", failures == 0 ? ok : "MISMATCHES: see above");
+  return failures == 0 ? 0 : 1;
 }
 
 }  // namespace q38::bench

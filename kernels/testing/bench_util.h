@@ -20,6 +20,13 @@ struct Timing {
 // inputs (launch i reads copy i % copies) and keep large operands out of the L2.
 using Launch = std::function<void(int i, cudaStream_t stream)>;
 
+class Bench;
+
+// The main() of a bench without flags: exits 0 saying so where no GPU is visible, prints the
+// device, runs `run` (which returns how many of its checks failed) and ends with `ok` or a
+// mismatch line; 1 when a check failed.
+int BenchMain(const char* name, const char* ok, const std::function<int(Bench&)>& run);
+
 class Bench {
  public:
   explicit Bench(int device = 0);
