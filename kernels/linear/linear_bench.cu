@@ -38,19 +38,9 @@ namespace {
 
 using bench::Bench;
 using bench::Timing;
+using bench::FillHalfKernel;
 using cuda::GemvConfig;
 
-__device__ __forceinline__ float HashUnit(uint64_t i, uint32_t seed) {
-  uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ static_cast<uint32_t>(i >> 32) * 40503u ^ seed;
-  h ^= h >> 15, h *= 0x2c1b3c6du, h ^= h >> 12, h *= 0x297a2d39u, h ^= h >> 15;
-  return (h >> 8) * (1.0f / 16777216.0f) - 0.5f;  // [-0.5, 0.5)
-}
-
-__global__ void FillHalfKernel(__half* p, int64_t n, uint32_t seed, float scale) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    p[i] = __float2half(scale * HashUnit(i, seed));
-}
 
 __global__ void EmptyKernel() {}
 

@@ -1,16 +1,30 @@
-// Device buffers for the lab benches: an owned cudaMalloc'd array, and FP16 device data read back
-// as floats.
+// Device buffers for the lab benches: an owned cudaMalloc'd array, FP16 device data read back as
+// floats, and deterministic pseudo-random fills.
 #pragma once
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
 
 namespace q38::bench {
+
+// A value in [-0.5, 0.5) from an index and a seed.
+__device__ __forceinline__ float HashUnit(uint64_t i, uint32_t seed) {
+  uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ static_cast<uint32_t>(i >> 32) * 40503u ^ seed;
+  h ^= h >> 15, h *= 0x2c1b3c6du, h ^= h >> 12, h *= 0x297a2d39u, h ^= h >> 15;
+  return (h >> 8) * (1.0f / 16777216.0f) - 0.5f;  // [-0.5, 0.5)
+}
+
+__global__ void FillHalfKernel(__half* p, int64_t n, uint32_t seed, float scale) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    p[i] = __float2half(scale * HashUnit(i, seed));
+}
 
 template <typename T>
 struct DeviceArray {
