@@ -61,3 +61,22 @@ struct GlooOptions {
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const GlooOptions& options);
 
 }  // namespace q38
+
+namespace q38 {
+
+// Shared memory for CPU worker processes of one host: one segment (POSIX shm) that rank 0 creates
+// and names in `store_dir`, a slot per rank and a futex to sleep on, so that waiting ranks leave
+// the cores to the ranks still computing. Dead peers (UNAVAILABLE) and timeouts (DEADLINE_EXCEEDED)
+// fail the collective; a rank on another host is refused at connect. Messages larger than a slot
+// go in slot-sized rounds. Sums add in rank order, bitwise as the in-process group does.
+struct ShmOptions {
+  int rank = 0;
+  int size = 1;
+  std::string store_dir;
+  std::string prefix = "q38";
+  int timeout_ms = 30000;
+  size_t slot_bytes = 1 << 20;
+};
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectSharedMemory(const ShmOptions& options);
+
+}  // namespace q38
