@@ -165,6 +165,13 @@ class Backend {
   virtual absl::Status Synchronize() = 0;
 };
 
-std::unique_ptr<Backend> MakeCpuBackend();
+// The CPU backend's arithmetic. kExact runs every op as its reference in the op's folder (double
+// accumulation: the numerical ground truth of the parity, precision and kernel tests); kFast runs
+// the products in FP32 SIMD lanes and decodes NVFP4 experts by tile (linear_fast_cpu.cc,
+// moe_fast_cpu.cc), within a few FP32 roundings of kExact, for servers and benchmarks.
+enum class CpuMath { kExact, kFast };
+std::unique_ptr<Backend> MakeCpuBackend(CpuMath math = CpuMath::kExact);
+// "exact" | "fast"
+absl::StatusOr<CpuMath> ParseCpuMath(const std::string& name);
 
 }  // namespace q38

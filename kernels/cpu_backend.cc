@@ -1,4 +1,5 @@
-// The CPU backend: FP32 activations and weights, every op a call into its plain reference.
+// The CPU backend: FP32 activations and weights, every op a call into its plain reference, or for
+// the products (dense and routed experts) into their fast FP32 forms (CpuMath::kFast).
 #include <cstring>
 #include <vector>
 
@@ -28,7 +29,8 @@ int64_t Rows(const Tensor& t) { return t.numel() / t.dim(-1); }
 
 class CpuBackend final : public Backend {
  public:
-  std::string name() const override { return "cpu"; }
+  explicit CpuBackend(CpuMath math) : fast_(math == CpuMath::kFast) {}
+  std::string name() const override { return fast_ ? "cpu_fast" : "cpu"; }
   DType act_dtype() const override { return DType::kF32; }
 
   Buffer Alloc(DType dtype, std::vector<int64_t> shape) override {
@@ -84,7 +86,11 @@ class CpuBackend final : public Backend {
 
   void Linear(const Tensor& x, const Tensor& w, Tensor& y) override {
     CHECK_EQ(x.dim(-1), w.dim(1));
-    cpu::Linear(F(x), F(w), F(y), Rows(x), w.dim(1), w.dim(0));
+    if (fast_) {
+      cpu::LinearFast(F(x), F(w), F(y), Rows(x), w.dim(1), w.dim(0), w.dim(0));
+    } else {
+      cpu::Linear(F(x), F(w), F(y), Rows(x), w.dim(1), w.dim(0));
+    }
   }
   void Add(Tensor& x, const Tensor& y) override {
     for (int64_t i = 0; i < x.numel(); ++i) F(x)[i] += F(y)[i];
@@ -162,7 +168,7 @@ class CpuBackend final : public Backend {
     const int64_t T = Rows(h), k = idx.dim(-1), H = h.dim(-1), I = e.intermediate;
     if (!e.nvfp4) {
       const cpu::DenseExperts gu{F(e.dense.gate_up.t()), 2 * I, H}, dn{F(e.dense.down.t()), H, I};
-      cpu::RoutedExperts(F(h), idx.as<int32_t>(), F(w), gu, dn, F(out), T, k);
+      Experts(F(h), idx.as<int32_t>(), F(w), gu, dn, F(out), T, k);
       return;
     }
     const Nvfp4ExpertWeights& q = e.q;
@@ -170,7 +176,7 @@ class CpuBackend final : public Backend {
                                F(q.gate_global.t()), F(q.up_global.t()), I, 2 * I, H};
     const cpu::Nvfp4Experts dn{q.down_codes.t().as<uint8_t>(), q.down_scales.t().as<uint8_t>(),
                                F(q.down_global.t()), F(q.down_global.t()), H, H, I};
-    cpu::RoutedExperts(F(h), idx.as<int32_t>(), F(w), gu, dn, F(out), T, k);
+    Experts(F(h), idx.as<int32_t>(), F(w), gu, dn, F(out), T, k);
   }
   void AddSigmoidGated(Tensor& out, const Tensor& shared, const Tensor& gate_logit) override {
     cpu::AddSigmoidGated(F(out), F(shared), F(gate_logit), gate_logit.dim(-1), Rows(out), out.dim(-1));
@@ -193,6 +199,7 @@ class CpuBackend final : public Backend {
     const int64_t R = up.dim(1), rows = down_inject.dim(0);
     CHECK(rows == R || rows == R + streams) << "HcPre: " << rows << " down/inject rows for R = " << R;
     const bool inject = rows == R + streams;
+    if (fast_) return Backend::HcPre(X, norm, down_inject, up, h, g, streams, eps);  // the composition, on the fast Linear
     cpu::HcPre(F(X), F(norm), norm.numel(), F(down_inject), F(up), F(h), inject ? F(g) : nullptr, X.dim(0), streams,
                h.dim(-1), R, inject, eps);
   }
@@ -215,6 +222,18 @@ class CpuBackend final : public Backend {
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
  private:
+  template <typename Weights>
+  void Experts(const float* h, const int32_t* idx, const float* w, const Weights& gu, const Weights& dn, float* out,
+               int64_t T, int64_t k) {
+    if (fast_) {
+      cpu::RoutedExpertsFast(h, idx, w, gu, dn, out, T, k);
+    } else {
+      cpu::RoutedExperts(h, idx, w, gu, dn, out, T, k);
+    }
+  }
+
+  bool fast_;
+
   // Nothing to record on the CPU: a replay runs the body again.
   class Rerun final : public StepGraph {
    public:
@@ -228,6 +247,12 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeCpuBackend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> MakeCpuBackend(CpuMath math) { return std::make_unique<CpuBackend>(math); }
+
+absl::StatusOr<CpuMath> ParseCpuMath(const std::string& name) {
+  if (name == "exact") return CpuMath::kExact;
+  if (name == "fast") return CpuMath::kFast;
+  return absl::InvalidArgumentError("cpu math: expected exact or fast, got " + name);
+}
 
 }  // namespace q38

@@ -2,6 +2,7 @@
 // re-implementation (different loop order, explicit transposed weight).
 #include "kernels/linear/linear.h"
 
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -82,6 +83,45 @@ TEST(Linear, RowsAreIndependent) {
     Linear(x.data() + t * K, w.data(), one.data(), 1, K, N);
     for (int64_t n = 0; n < N; ++n) EXPECT_EQ(all[t * N + n], one[n]);
   }
+}
+
+}  // namespace
+}  // namespace q38::cpu
+
+namespace q38::cpu {
+namespace {
+
+// The fast path against the reference: shapes with and without a lane tail and a row tail,
+// decode (T = 1) and prefill, and a column range of a wider output left as it was outside.
+TEST(LinearFast, MatchesTheReferenceWithinFp32Rounding) {
+  for (const auto& [T, K, N] : std::vector<std::array<int64_t, 3>>{{1, 256, 7}, {1, 33, 4}, {5, 257, 13}, {3, 16, 1}, {2, 5, 3}}) {
+    const std::vector<float> x = op_test::Uniform(T * K, 11), w = op_test::Uniform(N * K, 12);
+    std::vector<float> want(T * N), got(T * (N + 2), -7.0f);
+    Linear(x.data(), w.data(), want.data(), T, K, N);
+    LinearFast(x.data(), w.data(), got.data() + 1, T, K, N, N + 2);
+    for (int64_t t = 0; t < T; ++t) {
+      EXPECT_EQ(got[t * (N + 2)], -7.0f);
+      EXPECT_EQ(got[t * (N + 2) + N + 1], -7.0f);
+      for (int64_t n = 0; n < N; ++n) {
+        // Each partial sum rounds once more than in double: K roundings of at most ½ ulp of Σ|x·w|.
+        double bound = 0;
+        for (int64_t k = 0; k < K; ++k) bound += std::fabs(double{x[t * K + k]} * w[n * K + k]);
+        EXPECT_NEAR(got[t * (N + 2) + 1 + n], want[t * N + n], 1e-7 * K * bound + 1e-30) << T << "×" << K << "×" << N;
+      }
+    }
+  }
+}
+
+TEST(LinearFast, ExactWhereEveryPartialSumIsExact) {
+  // Small integers: every product and sum is exact in FP32, in any order.
+  const int64_t T = 2, K = 37, N = 6;
+  std::vector<float> x(T * K), w(N * K);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(i % 7) - 3);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(static_cast<int>(i % 5) - 2);
+  std::vector<float> want(T * N), got(T * N);
+  Linear(x.data(), w.data(), want.data(), T, K, N);
+  LinearFast(x.data(), w.data(), got.data(), T, K, N, N);
+  EXPECT_EQ(got, want);
 }
 
 }  // namespace

@@ -39,6 +39,13 @@ void RoutedExperts(const float* h, const int32_t* idx, const float* w, const Nvf
 void RoutedExperts(const float* h, const int32_t* idx, const float* w, const DenseExperts& gate_up,
                    const DenseExperts& down, float* out, int64_t T, int64_t k);
 
+// The same for the fast CPU backend: the pairs grouped by expert, NVFP4 rows decoded by tile (to
+// DequantizeNvfp4Row's values) and multiplied by LinearFast (kernels/linear/linear.h).
+void RoutedExpertsFast(const float* h, const int32_t* idx, const float* w, const Nvfp4Experts& gate_up,
+                       const Nvfp4Experts& down, float* out, int64_t T, int64_t k);
+void RoutedExpertsFast(const float* h, const int32_t* idx, const float* w, const DenseExperts& gate_up,
+                       const DenseExperts& down, float* out, int64_t T, int64_t k);
+
 // y [T, I] = silu(gu[:, :I]) ⊙ gu[:, I:], gu [T, 2I].
 void SiluMul(const float* gu, float* y, int64_t T, int64_t I);
 

@@ -294,6 +294,49 @@ TEST(RoutedExperts, Nvfp4MatchesNaiveOnDecodedWeights) {
   EXPECT_TRUE(AllClose(out, want, 1e-5));
 }
 
+// The fast path: tokens grouped by expert, NVFP4 decoded by tile. Its decoded weights are the
+// reference's bits, so it differs from the reference only by FP32 accumulation order. Enough
+// tokens to span two token chunks (256) and experts with many, one and no tokens.
+TEST(RoutedExpertsFast, MatchesTheReferenceNvfp4AndDense) {
+  const int64_t T = 300, H = 48, I = 80, E = 5, k = 2;  // I = 80: 2I = 160 rows, three tiles of 64
+  std::mt19937 rng(540);
+  std::vector<uint8_t> gu_codes(E * 2 * I * H / 2), gu_scales(E * 2 * I * H / 16);
+  std::vector<uint8_t> dn_codes(E * H * I / 2), dn_scales(E * H * I / 16);
+  for (auto* v : {&gu_codes, &dn_codes})
+    for (uint8_t& b : *v) b = static_cast<uint8_t>(rng());
+  for (auto* v : {&gu_scales, &dn_scales})
+    for (uint8_t& b : *v) b = static_cast<uint8_t>(((4 + rng() % 3) << 3) | (rng() % 8));
+  const std::vector<float> g_gate = {0.5f, 0.25f, 1.0f, 0.3f, 0.9f}, g_up = {0.125f, 2.0f, 0.75f, 1.5f, 0.2f};
+  const std::vector<float> g_down = {0.5f, 0.3f, 0.2f, 0.7f, 1.1f};
+  const Nvfp4Experts gu{gu_codes.data(), gu_scales.data(), g_gate.data(), g_up.data(), I, 2 * I, H};
+  const Nvfp4Experts dn{dn_codes.data(), dn_scales.data(), g_down.data(), g_down.data(), H, H, I};
+  const std::vector<float> h = Uniform(T * H, 541, -1, 1);
+  std::vector<int32_t> idx(T * k);
+  std::vector<float> w(T * k);
+  for (int64_t t = 0; t < T; ++t) {
+    // Expert 4 takes no token, expert 3 only token 7; the rest share the others.
+    idx[t * k] = t == 7 ? 3 : static_cast<int32_t>(t % 3);
+    idx[t * k + 1] = static_cast<int32_t>((t + 1) % 3);
+    w[t * k] = 0.25f + 0.5f * (t % 2);
+    w[t * k + 1] = 1.0f - w[t * k];
+  }
+  std::vector<float> want(T * H), got(T * H, NAN);
+  RoutedExperts(h.data(), idx.data(), w.data(), gu, dn, want.data(), T, k);
+  RoutedExpertsFast(h.data(), idx.data(), w.data(), gu, dn, got.data(), T, k);
+  EXPECT_TRUE(AllClose(got, want, 1e-5));
+
+  std::vector<float> gu_dense(E * 2 * I * H), dn_dense(E * H * I);
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t n = 0; n < 2 * I; ++n) DequantizeNvfp4Row(gu, e, n, gu_dense.data() + (e * 2 * I + n) * H);
+    for (int64_t n = 0; n < H; ++n) DequantizeNvfp4Row(dn, e, n, dn_dense.data() + (e * H + n) * I);
+  }
+  std::vector<float> dense_got(T * H, NAN);
+  RoutedExpertsFast(h.data(), idx.data(), w.data(), DenseExperts{gu_dense.data(), 2 * I, H},
+                    DenseExperts{dn_dense.data(), H, I}, dense_got.data(), T, k);
+  // The same weights as FP32 and the same order of work: the same bits as the NVFP4 fast path.
+  EXPECT_EQ(dense_got, got);
+}
+
 // ---------------------------------------------------------------------------------------------
 // SiluMul, AddSigmoidGated
 
