@@ -3,8 +3,8 @@
 # against TPOT of the model runner's own decode loop (q38-bench-model), same tiny model, same TP,
 # same machine, alternating the two within one run. Prints each round, the medians, and the
 # median of the rounds' differences with a 95% interval. Above TP1
-# the runner's ranks meet over Gloo on loopback (--cpu_comm gloo) as the server's worker
-# processes do, so the difference is the server path and not the transport.
+# the runner's ranks meet over shared memory (--cpu_comm shm) as the server's worker processes do
+# by default, so the difference is the server path and not the transport.
 # Usage: scripts/bench-server-overhead.sh [rounds=5] [tp=1]
 # Q38_BIN_DIR=DIR takes the binaries from DIR instead of building them.
 set -euo pipefail
@@ -29,7 +29,7 @@ port=$(sed -n 's/.*"grpc_port": \([0-9]*\).*/\1/p' "$dir/ready.json")
 runner=() server=()
 for i in $(seq 1 "$rounds"); do
   # q38-bench-model's table: "TP prefill decode TPOT"; q38 bench's: "tpot requests n mean p50 ...".
-  r=$("$(bin q38-bench-model)" --model "$dir/tiny" --tp "$tp" --cpu_comm gloo --prompt_tokens 64 --decode_tokens 64 --repeats 3 |
+  r=$("$(bin q38-bench-model)" --model "$dir/tiny" --tp "$tp" --cpu_comm shm --prompt_tokens 64 --decode_tokens 64 --repeats 3 |
       awk -v tp="$tp" '$1 == tp && NF == 4 {print $4}')
   s=$("$(bin q38)" bench --server "127.0.0.1:$port" --prompt_len 64 --max_tokens 64 --requests 3 2> /dev/null |
       awk '$1 == "tpot" {print $5}')

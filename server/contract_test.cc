@@ -12,7 +12,7 @@ namespace {
 
 std::string ContractText(const std::string& name) { return *ReadFile(std::string(Q38_CONTRACTS_DIR) + "/" + name + ".json"); }
 
-// A manifest that conforms to the tiny-cpu contract.
+// A manifest that conforms to the tiny-cpu contract (CPU workers in the fast path).
 v1::Manifest TinyCpuManifest() {
   v1::Manifest m;
   m.set_tp(4);
@@ -31,7 +31,7 @@ v1::Manifest TinyCpuManifest() {
     w->set_max_context(1024);
     w->set_prefill_chunk(8192);
     w->set_max_num_seqs(1);
-    w->add_routes("cpu_reference");
+    w->add_routes("cpu_fast");
   }
   return m;
 }
@@ -114,7 +114,7 @@ TEST(Contract, RoutesAreExactWhenTheContractNamesThem) {
   v1::Manifest m = TinyCpuManifest();
   m.mutable_workers(3)->add_routes("cuda_w4a16");
   EXPECT_EQ(ContractDifferences(tiny, m),
-            std::vector<std::string>{"workers[rank=3].routes: contract [cpu_reference], rank 3 has [cpu_reference, cuda_w4a16]"});
+            std::vector<std::string>{"workers[rank=3].routes: contract [cpu_fast], rank 3 has [cpu_fast, cuda_w4a16]"});
 }
 
 }  // namespace

@@ -33,6 +33,8 @@ struct SupervisorOptions {
   // The workers' environment: this process's, with these KEY=VALUE entries set over it (a bundle's
   // LD_LIBRARY_PATH, --worker_env).
   std::vector<std::string> env;
+  std::string cpu_comm = "shm";  // CPU ranks: shm (one host) or gloo (TCP)
+  std::string cpu_math = "fast";  // CPU ranks: fast or exact (kernels/backend.h CpuMath)
 };
 
 class Supervisor {

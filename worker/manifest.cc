@@ -35,7 +35,7 @@ BackendManifest CpuBackendManifest(const Backend& backend) {
   m.device.memory_bytes = int64_t{sysconf(_SC_PHYS_PAGES)} * sysconf(_SC_PAGESIZE);
   const std::string f32(DTypeName(DType::kF32));
   m.dtypes = {std::string(DTypeName(backend.act_dtype())), f32, f32, f32};  // docs/design.md §4, CPU column
-  m.routes = {absl::StrCat(backend.name(), "_reference")};
+  m.routes = {backend.name() == "cpu" ? "cpu_reference" : backend.name()};  // cpu_fast: kernels/backend.h CpuMath
   return m;
 }
 

@@ -1,5 +1,5 @@
 // What one rank runs on: its backend and the communicator that joins it to the other ranks.
-// CPU ranks use the CPU backend with Gloo over TCP; CUDA ranks use one GPU each with NCCL.
+// CPU ranks use the CPU backend with shared memory or Gloo over TCP; CUDA ranks use one GPU each with NCCL.
 #pragma once
 
 #include <memory>
@@ -20,6 +20,8 @@ struct RankDeviceOptions {
   std::string rendezvous;      // directory of the communicators' file store
   std::string group = "q38";
   int timeout_ms = 10000;
+  std::string cpu_comm = "shm";  // CPU ranks: shm (shared memory, one host) or gloo (TCP)
+  CpuMath cpu_math = CpuMath::kFast;
 };
 
 struct RankDevice {

@@ -19,7 +19,7 @@ namespace {
 
 const std::vector<int32_t> kPrompt = {1000, 17, 99, 512, 3, 77, 250, 901, 42, 7, 640, 11, 5, 300, 21, 88, 123, 456, 789, 10, 20, 30};
 
-std::vector<int32_t> RunnerGreedy(const std::vector<int32_t>& prompt, int n, int tp) {
+std::vector<int32_t> RunnerGreedy(const std::vector<int32_t>& prompt, int n, int tp, CpuMath math = CpuMath::kFast) {
   const ModelConfig config = *LoadModelConfig(TinyCheckpoint());
   auto store = *TensorStore::Open(TinyCheckpoint());
   std::vector<int32_t> tokens;
@@ -29,7 +29,7 @@ std::vector<int32_t> RunnerGreedy(const std::vector<int32_t>& prompt, int n, int
     if (!r.ok()) return r.status();
     if (m.comm().rank() == 0) tokens = r->tokens;
     return absl::OkStatus();
-  });
+  }, {.cpu_math = math});
   EXPECT_TRUE(s.ok()) << s;
   return tokens;
 }
@@ -259,7 +259,9 @@ TEST_F(ServerTest, InfoAndManifestDescribeTheGroup) {
     EXPECT_TRUE(Alive(m.workers(r).pid()));
     EXPECT_EQ(m.workers(r).build_id(), m.build_id());
     EXPECT_TRUE(m.workers(r).model().synthetic());
-    EXPECT_EQ(m.workers(r).communicator().rfind("gloo-", 0), 0u);
+    EXPECT_EQ(m.workers(r).communicator(), "shm-1");
+    EXPECT_EQ(std::vector<std::string>(m.workers(r).routes().begin(), m.workers(r).routes().end()),
+              std::vector<std::string>{"cpu_fast"});
     EXPECT_EQ(m.workers(r).device().kind(), "cpu");
     EXPECT_EQ(m.workers(r).dtypes().kv_cache(), "F32");
     EXPECT_EQ(m.workers(r).prefill_chunk(), 8192);
@@ -372,6 +374,25 @@ TEST(ServerLifecycle, WorkerKilledMidStreamIsUnavailableAndLeavesNoOrphans) {
   EXPECT_TRUE(AllGone(workers, 3000));
   EXPECT_NE(ReadLog(s).find("rank 2"), std::string::npos);
   EXPECT_NE(ReadLog(s).find("killed by signal 9"), std::string::npos);
+}
+
+// The other CPU transport and arithmetic, end to end: workers over Gloo in the exact reference
+// generate what the in-process runner does in the exact reference, and say so in their manifests.
+TEST(ServerLifecycle, GlooWorkersInTheExactReferenceServeTheRunnersTokens) {
+  Server s({.extra_flags = {"--cpu_comm=gloo", "--cpu_math=exact"}});
+  ASSERT_TRUE(s.ready());
+  v1::GenerateRequest req = TokensRequest(kPrompt, 12);
+  req.set_ignore_eos(true);
+  Streamed out = Generate(s.api(), req);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  EXPECT_EQ(out.tokens, RunnerGreedy(kPrompt, 12, 1, CpuMath::kExact));
+  grpc::ClientContext c;
+  v1::Manifest m;
+  ASSERT_TRUE(s.api().GetManifest(&c, {}, &m).ok());
+  ASSERT_EQ(m.workers_size(), 4);
+  EXPECT_EQ(m.workers(3).communicator().rfind("gloo-", 0), 0u);
+  EXPECT_EQ(m.workers(3).routes(0), "cpu_reference");
+  EXPECT_EQ(s.SignalAndWait(SIGTERM), 0);
 }
 
 TEST(ServerLifecycle, StuckCollectiveFailsTheRequestInsteadOfHanging) {

@@ -66,7 +66,7 @@ struct Outcome {
   std::vector<std::vector<int32_t>> greedy;  // per case, 32 tokens
 };
 
-Outcome RunAll(const std::string& dir, const std::vector<Case>& cases, int tp) {
+Outcome RunAll(const std::string& dir, const std::vector<Case>& cases, int tp, CpuMath math) {
   const ModelConfig config = *LoadModelConfig(dir);
   auto store = *TensorStore::Open(dir);
   Outcome out;
@@ -83,13 +83,13 @@ Outcome RunAll(const std::string& dir, const std::vector<Case>& cases, int tp) {
     }
     if (model.comm().rank() == 0) out = std::move(mine);
     return absl::OkStatus();
-  });
+  }, {.cpu_math = math});
   EXPECT_TRUE(s.ok()) << s;
   return out;
 }
 
 // max |ours − ref| / max |ref| over every logit of every position; recorded in docs/parity.md.
-void ExpectParity(const std::vector<Case>& cases, const Outcome& o, int tp) {
+void ExpectParity(const std::vector<Case>& cases, const Outcome& o, int tp, absl::string_view math) {
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     ASSERT_EQ(o.logits[i].size(), c.logits.size()) << c.name;
@@ -99,14 +99,17 @@ void ExpectParity(const std::vector<Case>& cases, const Outcome& o, int tp) {
       ref = std::max(ref, std::fabs(static_cast<double>(c.logits[j])));
     }
     const double rel = diff / ref;
-    std::cout << "parity TP" << tp << " " << c.name << ": T=" << c.ids.size() << " max rel err " << rel << "\n";
-    EXPECT_LE(rel, 1e-4) << c.name;
+    std::cout << "parity TP" << tp << " " << math << " " << c.name << ": T=" << c.ids.size() << " max rel err " << rel << "\n";
+    EXPECT_LE(rel, 1e-5) << c.name;
     EXPECT_EQ(o.greedy[i], c.greedy) << c.name;
   }
 }
 
-TEST_F(Parity, Tp1MatchesTransformers) { ExpectParity(cases_, RunAll(dir_->path(), cases_, 1), 1); }
-TEST_F(Parity, Tp4MatchesTransformers) { ExpectParity(cases_, RunAll(dir_->path(), cases_, 4), 4); }
+// The exact reference and the fast path the server's CPU workers run (kernels/backend.h CpuMath).
+TEST_F(Parity, Tp1MatchesTransformers) { ExpectParity(cases_, RunAll(dir_->path(), cases_, 1, CpuMath::kExact), 1, "exact"); }
+TEST_F(Parity, Tp4MatchesTransformers) { ExpectParity(cases_, RunAll(dir_->path(), cases_, 4, CpuMath::kExact), 4, "exact"); }
+TEST_F(Parity, Tp1FastMatchesTransformers) { ExpectParity(cases_, RunAll(dir_->path(), cases_, 1, CpuMath::kFast), 1, "fast"); }
+TEST_F(Parity, Tp4FastMatchesTransformers) { ExpectParity(cases_, RunAll(dir_->path(), cases_, 4, CpuMath::kFast), 4, "fast"); }
 
 }  // namespace
 }  // namespace q38

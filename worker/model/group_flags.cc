@@ -3,11 +3,14 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/status.h"
 
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
 ABSL_FLAG(std::string, gpus, "", "with --device cuda: comma-separated GPU per rank (default: rank r on GPU r)");
 ABSL_FLAG(std::string, cpu_comm, "inprocess",
-          "CPU ranks: inprocess (shared memory) or gloo (loopback TCP, as the server's worker processes)");
+          "CPU ranks: inprocess (threads at a barrier), shm (a shared-memory segment, as the server's worker processes "
+          "meet by default) or gloo (loopback TCP)");
+ABSL_FLAG(std::string, cpu_math, "fast", "CPU ranks' arithmetic: fast (FP32 SIMD, as the server's workers) or exact (the reference)");
 ABSL_FLAG(bool, decode_graph, true, "replay each decode step as a recorded graph (CUDA graphs on GPUs)");
 
 namespace q38 {
@@ -22,6 +25,7 @@ absl::StatusOr<LocalGroupOptions> LocalGroupOptionsFromFlags() {
     o.gpus.push_back(g);
   }
   o.cpu_comm = absl::GetFlag(FLAGS_cpu_comm);
+  ASSIGN_OR_RETURN(o.cpu_math, ParseCpuMath(absl::GetFlag(FLAGS_cpu_math)));
   o.model.decode_graph = absl::GetFlag(FLAGS_decode_graph);
   return o;
 }

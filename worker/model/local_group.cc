@@ -42,8 +42,8 @@ absl::Status GroupStatus(const std::vector<absl::Status>& results) {
 absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint64_t seed, int tp,
                       const std::function<absl::Status(Model&)>& fn, const LocalGroupOptions& options) {
   if (tp < 1) return absl::InvalidArgumentError("tp must be at least 1");
-  if (options.cpu_comm != "inprocess" && options.cpu_comm != "gloo") {
-    return absl::InvalidArgumentError("cpu_comm: expected inprocess or gloo, got " + options.cpu_comm);
+  if (options.cpu_comm != "inprocess" && options.cpu_comm != "gloo" && options.cpu_comm != "shm") {
+    return absl::InvalidArgumentError("cpu_comm: expected inprocess, shm or gloo, got " + options.cpu_comm);
   }
   if (options.cuda_comm != "nccl" && options.cuda_comm != "host") {
     return absl::InvalidArgumentError("cuda_comm: expected nccl or host, got " + options.cuda_comm);
@@ -55,7 +55,7 @@ absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint6
   if (!staged && !options.gpus.empty() && static_cast<int>(options.gpus.size()) != tp) {
     return absl::InvalidArgumentError("one GPU per rank is needed");
   }
-  // CPU threads meet in process unless asked for Gloo, and so do staged CUDA ranks; Gloo and NCCL
+  // CPU threads meet in process unless asked for shm or Gloo, and so do staged CUDA ranks; Gloo and NCCL
   // rendezvous through a scratch directory, as the server's workers do.
   const bool in_process = options.device == "cpu" && options.cpu_comm == "inprocess";
   std::vector<std::unique_ptr<Communicator>> comms;
@@ -72,7 +72,7 @@ absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint6
       results[r] = [&]() -> absl::Status {
         RankDevice d;
         if (in_process) {
-          d.backend = options.cpu_backend ? options.cpu_backend() : MakeCpuBackend();
+          d.backend = options.cpu_backend ? options.cpu_backend() : MakeCpuBackend(options.cpu_math);
           d.comm = std::move(comms[r]);
         } else if (staged) {
           ASSIGN_OR_RETURN(d, OpenRankDevice({.device = "cuda", .gpu = options.gpus.empty() ? 0 : options.gpus[0]}));
@@ -80,7 +80,8 @@ absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint6
         } else {
           ASSIGN_OR_RETURN(d, OpenRankDevice({.rank = r, .world = tp, .device = options.device,
                                               .gpu = options.gpus.empty() ? r : options.gpus[r],
-                                              .rendezvous = rendezvous, .timeout_ms = 60000}));
+                                              .rendezvous = rendezvous, .timeout_ms = 60000,
+                                              .cpu_comm = options.cpu_comm, .cpu_math = options.cpu_math}));
         }
         ASSIGN_OR_RETURN(ModelWeights weights, RankWeights(config, store, seed, *d.backend, {r, tp}));
         Model model(config, std::move(weights), *d.backend, *d.comm, options.model);

@@ -17,9 +17,12 @@ namespace q38 {
 struct LocalGroupOptions {
   std::string device = "cpu";  // cpu | cuda
   std::vector<int> gpus;       // with cuda: rank r uses gpus[r] (default: GPU r)
-  // CPU ranks: "inprocess" (shared memory) or "gloo" (TCP over loopback, as the server's worker
-  // processes meet), so that a runner measurement can be compared with the server's like for like.
+  // CPU ranks: "inprocess" (threads at a barrier), or "shm" (a shared-memory segment, as the
+  // server's worker processes meet by default) or "gloo" (TCP over loopback), so that a runner
+  // measurement can be compared with the server's like for like.
   std::string cpu_comm = "inprocess";
+  // CPU ranks' arithmetic: fast, as the server's workers run by default, or the exact reference.
+  CpuMath cpu_math = CpuMath::kFast;
   // In-process CPU ranks: their backend (default: the FP32 CPU backend). The precision study runs
   // the FP16-contract emulation sharded with it.
   std::function<std::unique_ptr<Backend>()> cpu_backend;

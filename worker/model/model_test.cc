@@ -320,7 +320,20 @@ TEST_F(TinyModel, GlooGroupEqualsInProcessGroup) {
   LocalGroupOptions unknown;
   unknown.cpu_comm = "mpi";
   EXPECT_EQ(RunLocalGroup(l.config, *l.store, 2, [](Model&) { return absl::OkStatus(); }, unknown).message(),
-            "cpu_comm: expected inprocess or gloo, got mpi");
+            "cpu_comm: expected inprocess, shm or gloo, got mpi");
+}
+
+// The runner's ranks joined by shared memory, as the server's worker processes are by default:
+// the sums add in rank order as the in-process group's do, so the logits are bitwise the same.
+TEST_F(TinyModel, SharedMemoryGroupIsBitwiseTheInProcessGroup) {
+  const Loaded l = Open(dir_->path());
+  const auto prompt = Prompt();
+  LocalGroupOptions shm;
+  shm.cpu_comm = "shm";
+  auto all = [&](Model& m, SequenceState& s) { return AllPositions(m, s, prompt); };
+  auto over_shm = OnRanks(l, 4, all, shm);
+  ASSERT_FALSE(over_shm.empty());
+  EXPECT_EQ(over_shm, OnRanks(l, 4, all));
 }
 
 // A rank that fails on its own leaves the others to time out on the collective: the group's error
