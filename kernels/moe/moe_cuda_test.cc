@@ -89,6 +89,9 @@ TEST(MoeCuda, Nvfp4ExpertsAtModelWidth) {
   ExpectSameExperts(b, 1, 12, 10, 2560, 640, true);  // decode, TP1
   ExpectSameExperts(b, 3, 12, 10, 2560, 160, true);  // TP4 slice of I
   ExpectSameExperts(b, 9, 5, 3, 48, 16, true);       // small and awkward
+  // Runs a lane loads at once: gate/up 4, and 12 in batches of 8 and 4; down 8, and 5.
+  ExpectSameExperts(b, 1, 4, 2, 2048, 2048, true);
+  ExpectSameExperts(b, 2, 4, 2, 6144, 1040, true);
 }
 
 // Above kPairwiseMaxTokens the pairs are grouped by expert into WMMA tiles: several tiles per

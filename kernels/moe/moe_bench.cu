@@ -1,0 +1,133 @@
+// Lab bench of the routed experts on one GPU (kernels/testing/bench_util.h): cuda::RoutedExperts
+// with NVFP4 weights at the full-size shapes (512 experts, top-10, H = 2560, I = 640 split over TP
+// 1, 2 and 4), one token (decode: gate/up, down and combine, in a CUDA graph of 40 calls as a
+// decode step makes them, eagerly in brackets) and 8,192 tokens (prefill: the grouped WMMA route).
+// Each call routes to other experts (64 seeded routings in turn), so the weights come from DRAM.
+// Prints µs per call, GB/s of expert weights read against the measured stream read (decode) and
+// useful TFLOP/s against the measured WMMA rate (prefill), and a digest of the output bits of one
+// fixed call, so that two builds run on one machine show whether their results are bitwise equal.
+// Usage: moe_bench
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/moe/moe_cuda.h"
+#include "kernels/testing/bench_util.h"
+#include "kernels/testing/device_array.cuh"
+
+namespace q38 {
+namespace {
+
+using bench::Bench;
+using bench::DeviceArray;
+using bench::HashUnit;
+using bench::Timing;
+
+constexpr int64_t kExperts = 512, kTopK = 10, kHidden = 2560, kIntermediate = 640, kRoutings = 64;
+
+__global__ void FillBytesKernel(uint8_t* p, int64_t n, uint32_t seed, bool scale) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint32_t h = static_cast<uint32_t>((HashUnit(i, seed) + 0.5f) * 16777216.0f);
+    // Scales as E4M3 with exponent field 4..6 (2⁻³..2⁻¹), so the activations stay O(1).
+    p[i] = scale ? static_cast<uint8_t>(((4 + h % 3) << 3) | ((h >> 4) % 8)) : static_cast<uint8_t>(h);
+  }
+}
+
+// Distinct experts per token with weights summing to about 1.
+__global__ void FillRoutingKernel(int32_t* idx, __half* w, int64_t T, int64_t k, int64_t E, uint32_t seed) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= T) return;
+  const int64_t stride = E / k;
+  const int64_t base = static_cast<int64_t>((HashUnit(t, seed) + 0.5f) * E);
+  for (int64_t j = 0; j < k; ++j) {
+    idx[t * k + j] = static_cast<int32_t>((base + j * stride) % E);
+    w[t * k + j] = __float2half(1.0f / k + 0.02f * HashUnit(t * k + j, seed + 1));
+  }
+}
+
+struct Projection {
+  int64_t N, K;
+  std::unique_ptr<DeviceArray<uint8_t>> codes, scales;
+  std::unique_ptr<DeviceArray<float>> global;
+  Projection(int64_t N_, int64_t K_, uint32_t seed, cudaStream_t s) : N(N_), K(K_) {
+    codes = std::make_unique<DeviceArray<uint8_t>>(kExperts * N * K / 2);
+    scales = std::make_unique<DeviceArray<uint8_t>>(kExperts * N * K / 16);
+    global = std::make_unique<DeviceArray<float>>(kExperts);
+    FillBytesKernel<<<4096, 256, 0, s>>>(codes->p, kExperts * N * K / 2, seed, false);
+    FillBytesKernel<<<1024, 256, 0, s>>>(scales->p, kExperts * N * K / 16, seed + 1, true);
+    const std::vector<float> g(kExperts, 0.5f);
+    Q38_CUDA_CHECK(cudaMemcpyAsync(global->p, g.data(), kExperts * sizeof(float), cudaMemcpyHostToDevice, s));
+    Q38_CUDA_LAUNCHED();
+  }
+  cuda::ExpertProjection View(int64_t split) const {
+    return {.codes = codes->p, .scales = scales->p, .global_a = global->p, .global_b = global->p, .split = split, .N = N, .K = K};
+  }
+  double BytesPerExpert() const { return N * K / 2.0 + N * K / 16.0; }
+};
+
+uint64_t Digest(const __half* d, int64_t n) {
+  std::vector<uint16_t> h(n);
+  Q38_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+  uint64_t x = 1469598103934665603ull;
+  for (uint16_t v : h) x = (x ^ v) * 1099511628211ull;
+  return x;
+}
+
+int Run(Bench& b) {
+  const cudaStream_t s = b.stream();
+  const double stream_gbs = b.StreamReadGBs(), wmma = b.WmmaTflops();
+  std::printf("\nstream read %.0f GB/s, WMMA FP16 %.0f TFLOP/s (measured here)\n", stream_gbs, wmma);
+  std::printf("\n## Routed experts, NVFP4, 512 experts, top-10, H = 2560\n\n"
+              "| TP | I | tokens | µs per call (eager) | weights GB/s | share of stream read | useful TFLOP/s | share of WMMA | output digest |\n"
+              "|---|---|---|---|---|---|---|---|---|\n");
+  for (int tp : {1, 2, 4}) {
+    const int64_t I = kIntermediate / tp;
+    const Projection gate_up(2 * I, kHidden, 10 + tp, s), down(kHidden, I, 20 + tp, s);
+    for (int64_t T : {int64_t{1}, int64_t{8192}}) {
+      const int routings = T == 1 ? kRoutings : 2;
+      DeviceArray<__half> h(T * kHidden), out(T * kHidden), w(routings * T * kTopK);
+      DeviceArray<int32_t> idx(routings * T * kTopK), groups(cuda::ExpertGroupsInts(T * kTopK, kExperts));
+      DeviceArray<__half> act(T * kTopK * I);
+      DeviceArray<float> pair_out(T * kTopK * kHidden);
+      bench::FillHalfKernel<<<1024, 256, 0, s>>>(h.p, T * kHidden, 7, 4.0f);
+      for (int r = 0; r < routings; ++r) {
+        FillRoutingKernel<<<(T + 255) / 256, 256, 0, s>>>(idx.p + r * T * kTopK, w.p + r * T * kTopK, T, kTopK, kExperts, 100 + r);
+      }
+      Q38_CUDA_LAUNCHED();
+      const cuda::ExpertScratch scratch{act.p, pair_out.p, groups.p};
+      const bench::Launch call = [&](int i, cudaStream_t st) {
+        const int r = i % routings;
+        cuda::RoutedExperts(h.p, idx.p + r * T * kTopK, w.p + r * T * kTopK, gate_up.View(I), down.View(kHidden), out.p,
+                            scratch, T, kTopK, kExperts, st);
+      };
+      call(0, s);
+      Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+      const uint64_t digest = Digest(out.p, T * kHidden);
+      const int iters = T == 1 ? 40 : 2;
+      const Timing g = b.Graph(iters, call), e = b.Eager(iters, call);
+      const double bytes = T == 1 ? kTopK * (gate_up.BytesPerExpert() + down.BytesPerExpert()) : 0;
+      const double flops = 2.0 * T * kTopK * (2 * I * kHidden + kHidden * I);
+      if (T == 1) {
+        std::printf("| %d | %lld | 1 | %.2f (%.2f) | %.0f | %.1f%% | | | %016llx |\n", tp, static_cast<long long>(I),
+                    g.median_us, e.median_us, bytes / (g.median_us * 1e3), 100 * bytes / (g.median_us * 1e3) / stream_gbs,
+                    static_cast<unsigned long long>(digest));
+      } else {
+        std::printf("| %d | %lld | %lld | %.0f (%.0f) | | | %.1f | %.1f%% | %016llx |\n", tp, static_cast<long long>(I),
+                    static_cast<long long>(T), g.median_us, e.median_us, flops / (g.median_us * 1e6),
+                    100 * flops / (g.median_us * 1e6) / wmma, static_cast<unsigned long long>(digest));
+      }
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace q38
+
+int main() { return q38::bench::BenchMain("moe_bench", "done", q38::Run); }
