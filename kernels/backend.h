@@ -169,8 +169,12 @@ class Backend {
 // accumulation: the numerical ground truth of the parity, precision and kernel tests); kFast runs
 // the products in FP32 SIMD lanes and decodes NVFP4 experts by tile (linear_fast_cpu.cc,
 // moe_fast_cpu.cc), within a few FP32 roundings of kExact, for servers and benchmarks.
+// With kFast, `threads` > 1 splits the large products over that many threads (kernels/cpu_pool.h),
+// for a rank that has cores to itself; the result does not depend on the count.
 enum class CpuMath { kExact, kFast };
-std::unique_ptr<Backend> MakeCpuBackend(CpuMath math = CpuMath::kExact);
+std::unique_ptr<Backend> MakeCpuBackend(CpuMath math = CpuMath::kExact, int threads = 1);
+// Threads for each of `ranks` CPU ranks on this host: its cores shared out, at least one, at most 8.
+int CpuThreadsPerRank(int ranks);
 // "exact" | "fast"
 absl::StatusOr<CpuMath> ParseCpuMath(const std::string& name);
 

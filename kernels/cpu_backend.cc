@@ -1,12 +1,15 @@
 // The CPU backend: FP32 activations and weights, every op a call into its plain reference, or for
 // the products (dense and routed experts) into their fast FP32 forms (CpuMath::kFast).
+#include <algorithm>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "glog/logging.h"
 #include "kernels/attention/attention.h"
 #include "kernels/backend.h"
 #include "kernels/conv/conv.h"
+#include "kernels/cpu_pool.h"
 #include "kernels/gdn/gdn.h"
 #include "kernels/hc/hc.h"
 #include "kernels/linear/linear.h"
@@ -29,7 +32,9 @@ int64_t Rows(const Tensor& t) { return t.numel() / t.dim(-1); }
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(CpuMath math) : fast_(math == CpuMath::kFast) {}
+  CpuBackend(CpuMath math, int threads) : fast_(math == CpuMath::kFast) {
+    if (fast_ && threads > 1) pool_ = std::make_unique<CpuPool>(threads);
+  }
   std::string name() const override { return fast_ ? "cpu_fast" : "cpu"; }
   DType act_dtype() const override { return DType::kF32; }
 
@@ -86,8 +91,17 @@ class CpuBackend final : public Backend {
 
   void Linear(const Tensor& x, const Tensor& w, Tensor& y) override {
     CHECK_EQ(x.dim(-1), w.dim(1));
-    if (fast_) {
-      cpu::LinearFast(F(x), F(w), F(y), Rows(x), w.dim(1), w.dim(0), w.dim(0));
+    const int64_t T = Rows(x), K = w.dim(1), N = w.dim(0);
+    if (fast_ && pool_ && T * N * K >= kParallelMacs) {
+      // Contiguous runs of rows, a multiple of four (LinearFast's row block) each.
+      const int parts = pool_->threads();
+      const int64_t per = (N + 4 * parts - 1) / (4 * parts) * 4;
+      pool_->Run([&](int p) {
+        const int64_t n0 = std::min(N, p * per), n1 = std::min(N, n0 + per);
+        cpu::LinearFast(F(x), F(w) + n0 * K, F(y) + n0, T, K, n1 - n0, N);
+      });
+    } else if (fast_) {
+      cpu::LinearFast(F(x), F(w), F(y), T, K, N, N);
     } else {
       cpu::Linear(F(x), F(w), F(y), Rows(x), w.dim(1), w.dim(0));
     }
@@ -232,7 +246,10 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // Below this many multiply-adds a product is not worth waking the workers for.
+  static constexpr int64_t kParallelMacs = int64_t{1} << 16;
   bool fast_;
+  std::unique_ptr<CpuPool> pool_;
 
   // Nothing to record on the CPU: a replay runs the body again.
   class Rerun final : public StepGraph {
@@ -247,7 +264,13 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeCpuBackend(CpuMath math) { return std::make_unique<CpuBackend>(math); }
+std::unique_ptr<Backend> MakeCpuBackend(CpuMath math, int threads) { return std::make_unique<CpuBackend>(math, threads); }
+
+int CpuThreadsPerRank(int ranks) {
+  // Past a few threads a one-token step's products are too small to split further.
+  constexpr int kMostThreads = 8;
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, ranks), 1, kMostThreads);
+}
 
 absl::StatusOr<CpuMath> ParseCpuMath(const std::string& name) {
   if (name == "exact") return CpuMath::kExact;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CPU speed of the embedded default (docs/perf/cpu.md): models/small through the model runner at
-# TP1 and TP4 (threads in process, threads over shared memory, threads over Gloo), each with the
-# fast and the exact CPU arithmetic, wall/user/system time per run; then the contract benchmark
+# TP1 (one thread and the host's cores) and TP4 (rank threads in process, over shared memory, over
+# Gloo), each with the fast and the exact CPU arithmetic, wall/user/system time per run; then the contract benchmark
 # through q38-server with four CPU worker processes as the demo runs it (fast math, shm) and as it
 # ran before both existed (exact math, Gloo), in the same run. Prints a table per part.
 # Usage: scripts/bench-cpu.sh [repeats=3]   (Q38_BIN_DIR=DIR: binaries from DIR instead of building)
@@ -22,18 +22,18 @@ trap '[ -n "$pid" ] && kill -TERM $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$d
 model=models/small
 
 echo "== the model runner: $model, 64-token prompt, 64 decoded tokens, median of $repeats after a warmup"
-printf '%-5s %-10s %-6s %12s %12s %8s %8s %8s\n' ranks collective math "prefill t/s" "decode t/s" wall_s user_s sys_s
-for tp in 1 4; do
-  comms=(inprocess); [ "$tp" -gt 1 ] && comms=(inprocess shm gloo)
-  for comm in "${comms[@]}"; do
-    for math in exact fast; do
-      /usr/bin/time -f '%e %U %S' -o "$dir/time" "$(bin q38-bench-model)" --model "$model" --tp "$tp" --cpu_comm "$comm" \
-        --cpu_math "$math" --prompt_tokens 64 --decode_tokens 64 --repeats "$repeats" > "$dir/out" 2> /dev/null
-      read -r prefill decode < <(awk -v tp="$tp" '$1 == tp && NF == 4 {print $2, $3}' "$dir/out")
-      read -r wall user sys < "$dir/time"
-      printf '%-5s %-10s %-6s %12s %12s %8s %8s %8s\n' "TP$tp" "$comm" "$math" "$prefill" "$decode" "$wall" "$user" "$sys"
-    done
-  done
+printf '%-5s %-10s %-6s %-8s %12s %12s %8s %8s %8s\n' ranks collective math threads "prefill t/s" "decode t/s" wall_s user_s sys_s
+# threads "auto" (--cpu_threads 0): the host's cores shared out over the ranks.
+for config in "1 inprocess exact 1" "1 inprocess fast 1" "1 inprocess fast auto" \
+              "4 inprocess exact auto" "4 inprocess fast auto" "4 shm exact auto" "4 shm fast auto" \
+              "4 gloo exact auto" "4 gloo fast auto"; do
+  read -r tp comm math threads <<< "$config"
+  /usr/bin/time -f '%e %U %S' -o "$dir/time" "$(bin q38-bench-model)" --model "$model" --tp "$tp" --cpu_comm "$comm" \
+    --cpu_math "$math" --cpu_threads "${threads/auto/0}" --prompt_tokens 64 --decode_tokens 64 --repeats "$repeats" \
+    > "$dir/out" 2> /dev/null
+  read -r prefill decode < <(awk -v tp="$tp" '$1 == tp && NF == 4 {print $2, $3}' "$dir/out")
+  read -r wall user sys < "$dir/time"
+  printf '%-5s %-10s %-6s %-8s %12s %12s %8s %8s %8s\n' "TP$tp" "$comm" "$math" "$threads" "$prefill" "$decode" "$wall" "$user" "$sys"
 done
 
 # The server with four CPU worker processes; its contract benchmark (docs/contract.md) as the demo runs it.

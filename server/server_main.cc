@@ -50,6 +50,7 @@ ABSL_FLAG(int32_t, startup_timeout_s, 120, "deadline for the workers to load and
 ABSL_FLAG(int32_t, comm_timeout_ms, 10000, "a collective stuck longer than this fails its request");
 ABSL_FLAG(std::string, cpu_comm, "shm", "CPU workers meet over shm (shared memory: every worker on this host) or gloo (TCP)");
 ABSL_FLAG(std::string, cpu_math, "fast", "CPU workers' arithmetic: fast (FP32 SIMD) or exact (the double-accumulating reference)");
+ABSL_FLAG(int32_t, cpu_threads, 0, "threads per fast CPU worker (0: this host's cores shared out over the workers)");
 ABSL_FLAG(int64_t, max_context, 4096, "longest sequence, prompt plus generated tokens");
 ABSL_FLAG(int64_t, prefill_chunk, 8192, "prefill chunk in tokens");
 ABSL_FLAG(std::string, run_dir, "", "directory for worker sockets and the rendezvous (default: a fresh one in /tmp)");
@@ -259,7 +260,7 @@ int Run() {
   const int heartbeat_ms = static_cast<int>(std::clamp<int64_t>(step_timeout.count() / 4, 50, 1000));
   Supervisor supervisor({worker, model, device, *gpus, absl::GetFlag(FLAGS_decode_graph), run_dir->path(), tp, max_context,
                          absl::GetFlag(FLAGS_prefill_chunk), absl::GetFlag(FLAGS_comm_timeout_ms), heartbeat_ms, worker_env,
-                         absl::GetFlag(FLAGS_cpu_comm), absl::GetFlag(FLAGS_cpu_math)},
+                         absl::GetFlag(FLAGS_cpu_comm), absl::GetFlag(FLAGS_cpu_math), absl::GetFlag(FLAGS_cpu_threads)},
                         [&](int rank, const std::string& how, int generation) {
                           control.Post(Event::kGroupFailed, absl::StrCat("rank ", rank, " ", how), generation);
                         });

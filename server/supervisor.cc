@@ -72,6 +72,7 @@ absl::Status Supervisor::Spawn(int rank, const std::string& rendezvous) {
       absl::StrCat("--comm_timeout_ms=", options_.comm_timeout_ms),
       "--cpu_comm=" + options_.cpu_comm,
       "--cpu_math=" + options_.cpu_math,
+      absl::StrCat("--cpu_threads=", options_.cpu_threads),
       absl::StrCat("--heartbeat_ms=", options_.heartbeat_ms),
       absl::StrCat("--max_context=", options_.max_context),
       absl::StrCat("--prefill_chunk=", options_.prefill_chunk),

@@ -35,6 +35,7 @@ struct SupervisorOptions {
   std::vector<std::string> env;
   std::string cpu_comm = "shm";  // CPU ranks: shm (one host) or gloo (TCP)
   std::string cpu_math = "fast";  // CPU ranks: fast or exact (kernels/backend.h CpuMath)
+  int cpu_threads = 0;            // threads per fast CPU rank; 0: the cores shared out over the ranks
 };
 
 class Supervisor {

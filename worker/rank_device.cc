@@ -19,7 +19,7 @@ absl::StatusOr<RankDevice> OpenRankDevice(const RankDeviceOptions& o) {
   } else if (o.world > 1) {
     return absl::InvalidArgumentError(absl::StrCat("--cpu_comm ", o.cpu_comm, ": expected shm or gloo"));
   }
-  d.backend = MakeCpuBackend(o.cpu_math);
+  d.backend = MakeCpuBackend(o.cpu_math, o.cpu_threads > 0 ? o.cpu_threads : CpuThreadsPerRank(o.world));
   d.description = "cpu";
   d.manifest = CpuBackendManifest(*d.backend);
   return d;

@@ -22,6 +22,7 @@ struct RankDeviceOptions {
   int timeout_ms = 10000;
   std::string cpu_comm = "shm";  // CPU ranks: shm (shared memory, one host) or gloo (TCP)
   CpuMath cpu_math = CpuMath::kFast;
+  int cpu_threads = 0;  // threads of the fast CPU backend; 0: this host's cores shared out over the world
 };
 
 struct RankDevice {

@@ -11,6 +11,7 @@ ABSL_FLAG(std::string, cpu_comm, "inprocess",
           "CPU ranks: inprocess (threads at a barrier), shm (a shared-memory segment, as the server's worker processes "
           "meet by default) or gloo (loopback TCP)");
 ABSL_FLAG(std::string, cpu_math, "fast", "CPU ranks' arithmetic: fast (FP32 SIMD, as the server's workers) or exact (the reference)");
+ABSL_FLAG(int32_t, cpu_threads, 0, "threads of each fast CPU rank (0: this host's cores shared out over the ranks)");
 ABSL_FLAG(bool, decode_graph, true, "replay each decode step as a recorded graph (CUDA graphs on GPUs)");
 
 namespace q38 {
@@ -26,6 +27,8 @@ absl::StatusOr<LocalGroupOptions> LocalGroupOptionsFromFlags() {
   }
   o.cpu_comm = absl::GetFlag(FLAGS_cpu_comm);
   ASSIGN_OR_RETURN(o.cpu_math, ParseCpuMath(absl::GetFlag(FLAGS_cpu_math)));
+  o.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  if (o.cpu_threads < 0) return absl::InvalidArgumentError("--cpu_threads: expected 0 (automatic) or more");
   o.model.decode_graph = absl::GetFlag(FLAGS_decode_graph);
   return o;
 }

@@ -65,6 +65,7 @@ absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint6
   if (rendezvous_needed && mkdtemp(rendezvous.data()) == nullptr) {
     return absl::InternalError("cannot create a rendezvous directory");
   }
+  const int cpu_threads = options.cpu_threads > 0 ? options.cpu_threads : CpuThreadsPerRank(tp);
   std::vector<absl::Status> results(tp);
   std::vector<std::thread> threads;
   for (int r = 0; r < tp; ++r) {
@@ -72,7 +73,7 @@ absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint6
       results[r] = [&]() -> absl::Status {
         RankDevice d;
         if (in_process) {
-          d.backend = options.cpu_backend ? options.cpu_backend() : MakeCpuBackend(options.cpu_math);
+          d.backend = options.cpu_backend ? options.cpu_backend() : MakeCpuBackend(options.cpu_math, cpu_threads);
           d.comm = std::move(comms[r]);
         } else if (staged) {
           ASSIGN_OR_RETURN(d, OpenRankDevice({.device = "cuda", .gpu = options.gpus.empty() ? 0 : options.gpus[0]}));
@@ -81,7 +82,8 @@ absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint6
           ASSIGN_OR_RETURN(d, OpenRankDevice({.rank = r, .world = tp, .device = options.device,
                                               .gpu = options.gpus.empty() ? r : options.gpus[r],
                                               .rendezvous = rendezvous, .timeout_ms = 60000,
-                                              .cpu_comm = options.cpu_comm, .cpu_math = options.cpu_math}));
+                                              .cpu_comm = options.cpu_comm, .cpu_math = options.cpu_math,
+                                              .cpu_threads = cpu_threads}));
         }
         ASSIGN_OR_RETURN(ModelWeights weights, RankWeights(config, store, seed, *d.backend, {r, tp}));
         Model model(config, std::move(weights), *d.backend, *d.comm, options.model);

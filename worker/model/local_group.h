@@ -23,6 +23,8 @@ struct LocalGroupOptions {
   std::string cpu_comm = "inprocess";
   // CPU ranks' arithmetic: fast, as the server's workers run by default, or the exact reference.
   CpuMath cpu_math = CpuMath::kFast;
+  // Threads of each fast CPU rank; 0: this host's cores shared out over the ranks.
+  int cpu_threads = 1;
   // In-process CPU ranks: their backend (default: the FP32 CPU backend). The precision study runs
   // the FP16-contract emulation sharded with it.
   std::function<std::unique_ptr<Backend>()> cpu_backend;

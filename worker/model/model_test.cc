@@ -336,6 +336,18 @@ TEST_F(TinyModel, SharedMemoryGroupIsBitwiseTheInProcessGroup) {
   EXPECT_EQ(over_shm, OnRanks(l, 4, all));
 }
 
+// Threads inside a fast CPU rank split its products by rows: the logits do not change by a bit.
+TEST_F(TinyModel, ThreadsInsideARankChangeNoBit) {
+  const Loaded l = Open(dir_->path());
+  const auto prompt = Prompt();
+  LocalGroupOptions threaded;
+  threaded.cpu_threads = 3;
+  auto all = [&](Model& m, SequenceState& s) { return AllPositions(m, s, prompt); };
+  auto with_threads = OnRanks(l, 1, all, threaded);
+  ASSERT_FALSE(with_threads.empty());
+  EXPECT_EQ(with_threads, OnRanks(l, 1, all));
+}
+
 // A rank that fails on its own leaves the others to time out on the collective: the group's error
 // leads with the cause, not with the wait, and names every failing rank.
 TEST_F(TinyModel, GroupErrorLeadsWithTheRankThatFailedFirst) {
