@@ -11,43 +11,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-#include "kernels/ple/ple.h"
+#include "kernels/buffer.h"
+#include "kernels/moe/expert_weights.h"
 #include "kernels/tensor.h"
 
 namespace q38 {
-
-// Backend memory with its view. Copies share the allocation.
-class Buffer {
- public:
-  Buffer() = default;
-  Buffer(Tensor view, std::shared_ptr<void> storage) : view_(std::move(view)), storage_(std::move(storage)) {}
-  const Tensor& t() const { return view_; }
-  Tensor& t() { return view_; }
-  explicit operator bool() const { return view_.data != nullptr || view_.numel() == 0; }
-  // Another view into this buffer's memory (a part of it), which keeps the memory alive too.
-  Buffer View(Tensor view) const { return Buffer(std::move(view), storage_); }
-
- private:
-  Tensor view_;
-  std::shared_ptr<void> storage_;
-};
-
-// Routed experts of one layer in ModelOpt NVFP4, fused gate|up (2I rows) and down (H rows).
-struct Nvfp4ExpertWeights {
-  Buffer gate_up_codes, gate_up_scales, down_codes, down_scales;  // U8
-  Buffer gate_global, up_global, down_global;                     // F32 [E]
-};
-// Routed experts of one layer as dense weights (the official BF16 release).
-struct DenseExpertWeights {
-  Buffer gate_up;  // [E, 2I, H]
-  Buffer down;     // [E, H, I]
-};
-struct ExpertWeights {
-  bool nvfp4 = true;
-  Nvfp4ExpertWeights q;
-  DenseExpertWeights dense;
-  int64_t intermediate = 0;  // I on this rank
-};
 
 // A recorded sequence of backend work that can be run again (docs/design.md §5: decode runs as one
 // CUDA graph per step). The buffers it was recorded with stay its inputs and outputs.

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/status.h"
+#include "kernels/ple/ple.h"
 #include "kernels/ple/ple_hash.h"
 
 namespace q38 {

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "common/config.h"
 #include "kernels/backend.h"
+#include "kernels/ple/ple.h"
 #include "kernels/ple/ple_hash.h"
 #include "worker/checkpoint/tensor_store.h"
 
