@@ -269,28 +269,39 @@ TEST(RoutedExperts, DenseMatchesNaive) {
   EXPECT_TRUE(AllClose(out, want, 1e-5));
 }
 
+// Random NVFP4 weights of one layer's experts: codes uniform, scales with exponent field 4..6
+// (2⁻³..2⁻¹) so the activations stay O(1), and the given globals, one per expert.
+struct RandomNvfp4Layer {
+  int64_t E, I, H;
+  std::vector<uint8_t> gu_codes, gu_scales, dn_codes, dn_scales;
+  std::vector<float> g_gate, g_up, g_down;
+  RandomNvfp4Layer(int64_t E_, int64_t I_, int64_t H_, uint32_t seed, std::vector<float> gate, std::vector<float> up,
+                   std::vector<float> dn)
+      : E(E_), I(I_), H(H_), gu_codes(E * 2 * I * H / 2), gu_scales(E * 2 * I * H / 16), dn_codes(E * H * I / 2),
+        dn_scales(E * H * I / 16), g_gate(std::move(gate)), g_up(std::move(up)), g_down(std::move(dn)) {
+    std::mt19937 rng(seed);
+    for (auto* v : {&gu_codes, &dn_codes})
+      for (uint8_t& b : *v) b = static_cast<uint8_t>(rng());
+    for (auto* v : {&gu_scales, &dn_scales})
+      for (uint8_t& b : *v) b = static_cast<uint8_t>(((4 + rng() % 3) << 3) | (rng() % 8));
+  }
+  Nvfp4Experts gate_up() const { return {gu_codes.data(), gu_scales.data(), g_gate.data(), g_up.data(), I, 2 * I, H}; }
+  Nvfp4Experts down() const { return {dn_codes.data(), dn_scales.data(), g_down.data(), g_down.data(), H, H, I}; }
+};
+
 TEST(RoutedExperts, Nvfp4MatchesNaiveOnDecodedWeights) {
   // Gate and up carry different globals (split at I) to check each half uses its own.
   const int64_t T = 2, H = 32, I = 16, E = 3, k = 2;
-  std::mt19937 rng(530);
-  std::vector<uint8_t> gu_codes(E * 2 * I * H / 2), gu_scales(E * 2 * I * H / 16);
-  std::vector<uint8_t> dn_codes(E * H * I / 2), dn_scales(E * H * I / 16);
-  for (auto* v : {&gu_codes, &dn_codes})
-    for (uint8_t& b : *v) b = static_cast<uint8_t>(rng());
-  // Scales around 2⁻³..2⁻¹ (exponent field 4..6) so the activations stay O(1).
-  for (auto* v : {&gu_scales, &dn_scales})
-    for (uint8_t& b : *v) b = static_cast<uint8_t>(((4 + rng() % 3) << 3) | (rng() % 8));
-  const std::vector<float> g_gate = {0.5f, 0.25f, 1.0f}, g_up = {0.125f, 2.0f, 0.75f}, g_down = {0.5f, 0.3f, 0.2f};
-  const Nvfp4Experts gu{gu_codes.data(), gu_scales.data(), g_gate.data(), g_up.data(), I, 2 * I, H};
-  const Nvfp4Experts dn{dn_codes.data(), dn_scales.data(), g_down.data(), g_down.data(), H, H, I};
+  const RandomNvfp4Layer x(E, I, H, 530, {0.5f, 0.25f, 1.0f}, {0.125f, 2.0f, 0.75f}, {0.5f, 0.3f, 0.2f});
+  const Nvfp4Experts gu = x.gate_up(), dn = x.down();
   const std::vector<float> h = Uniform(T * H, 531, -1, 1);
   const std::vector<int32_t> idx = {2, 0, 1, 2};
   const std::vector<float> w = {0.6f, 0.4f, 0.25f, 0.75f};
   std::vector<float> out(T * H, NAN);
   RoutedExperts(h.data(), idx.data(), w.data(), gu, dn, out.data(), T, k);
   const std::vector<double> want =
-      NaiveExperts(h, idx, w, DecodeAll(gu_codes, gu_scales, g_gate, g_up, I, E, 2 * I, H),
-                   DecodeAll(dn_codes, dn_scales, g_down, g_down, H, E, H, I), T, k, H, I);
+      NaiveExperts(h, idx, w, DecodeAll(x.gu_codes, x.gu_scales, x.g_gate, x.g_up, I, E, 2 * I, H),
+                   DecodeAll(x.dn_codes, x.dn_scales, x.g_down, x.g_down, H, E, H, I), T, k, H, I);
   EXPECT_TRUE(AllClose(out, want, 1e-5));
 }
 
@@ -299,17 +310,9 @@ TEST(RoutedExperts, Nvfp4MatchesNaiveOnDecodedWeights) {
 // tokens to span two token chunks (256) and experts with many, one and no tokens.
 TEST(RoutedExpertsFast, MatchesTheReferenceNvfp4AndDense) {
   const int64_t T = 300, H = 48, I = 80, E = 5, k = 2;  // I = 80: 2I = 160 rows, three tiles of 64
-  std::mt19937 rng(540);
-  std::vector<uint8_t> gu_codes(E * 2 * I * H / 2), gu_scales(E * 2 * I * H / 16);
-  std::vector<uint8_t> dn_codes(E * H * I / 2), dn_scales(E * H * I / 16);
-  for (auto* v : {&gu_codes, &dn_codes})
-    for (uint8_t& b : *v) b = static_cast<uint8_t>(rng());
-  for (auto* v : {&gu_scales, &dn_scales})
-    for (uint8_t& b : *v) b = static_cast<uint8_t>(((4 + rng() % 3) << 3) | (rng() % 8));
-  const std::vector<float> g_gate = {0.5f, 0.25f, 1.0f, 0.3f, 0.9f}, g_up = {0.125f, 2.0f, 0.75f, 1.5f, 0.2f};
-  const std::vector<float> g_down = {0.5f, 0.3f, 0.2f, 0.7f, 1.1f};
-  const Nvfp4Experts gu{gu_codes.data(), gu_scales.data(), g_gate.data(), g_up.data(), I, 2 * I, H};
-  const Nvfp4Experts dn{dn_codes.data(), dn_scales.data(), g_down.data(), g_down.data(), H, H, I};
+  const RandomNvfp4Layer x(E, I, H, 540, {0.5f, 0.25f, 1.0f, 0.3f, 0.9f}, {0.125f, 2.0f, 0.75f, 1.5f, 0.2f},
+                           {0.5f, 0.3f, 0.2f, 0.7f, 1.1f});
+  const Nvfp4Experts gu = x.gate_up(), dn = x.down();
   const std::vector<float> h = Uniform(T * H, 541, -1, 1);
   std::vector<int32_t> idx(T * k);
   std::vector<float> w(T * k);

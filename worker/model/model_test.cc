@@ -323,29 +323,29 @@ TEST_F(TinyModel, GlooGroupEqualsInProcessGroup) {
             "cpu_comm: expected inprocess, shm or gloo, got mpi");
 }
 
-// The runner's ranks joined by shared memory, as the server's worker processes are by default:
-// the sums add in rank order as the in-process group's do, so the logits are bitwise the same.
-TEST_F(TinyModel, SharedMemoryGroupIsBitwiseTheInProcessGroup) {
-  const Loaded l = Open(dir_->path());
-  const auto prompt = Prompt();
-  LocalGroupOptions shm;
-  shm.cpu_comm = "shm";
+// The logits of every prompt position on `tp` ranks with `options` are bitwise those of the
+// default group (in-process collectives, one thread a rank).
+void ExpectBitwiseTheDefaultGroup(const Loaded& l, const std::vector<int32_t>& prompt, int tp,
+                                  const LocalGroupOptions& options) {
   auto all = [&](Model& m, SequenceState& s) { return AllPositions(m, s, prompt); };
-  auto over_shm = OnRanks(l, 4, all, shm);
-  ASSERT_FALSE(over_shm.empty());
-  EXPECT_EQ(over_shm, OnRanks(l, 4, all));
+  auto got = OnRanks(l, tp, all, options);
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got, OnRanks(l, tp, all));
 }
 
-// Threads inside a fast CPU rank split its products by rows: the logits do not change by a bit.
+// The runner's ranks joined by shared memory, as the server's worker processes are by default:
+// the sums add in rank order as the in-process group's do.
+TEST_F(TinyModel, SharedMemoryGroupIsBitwiseTheInProcessGroup) {
+  LocalGroupOptions shm;
+  shm.cpu_comm = "shm";
+  ExpectBitwiseTheDefaultGroup(Open(dir_->path()), Prompt(), 4, shm);
+}
+
+// Threads inside a fast CPU rank split its products by rows: no bit changes.
 TEST_F(TinyModel, ThreadsInsideARankChangeNoBit) {
-  const Loaded l = Open(dir_->path());
-  const auto prompt = Prompt();
   LocalGroupOptions threaded;
   threaded.cpu_threads = 3;
-  auto all = [&](Model& m, SequenceState& s) { return AllPositions(m, s, prompt); };
-  auto with_threads = OnRanks(l, 1, all, threaded);
-  ASSERT_FALSE(with_threads.empty());
-  EXPECT_EQ(with_threads, OnRanks(l, 1, all));
+  ExpectBitwiseTheDefaultGroup(Open(dir_->path()), Prompt(), 1, threaded);
 }
 
 // A rank that fails on its own leaves the others to time out on the collective: the group's error
