@@ -11,7 +11,8 @@ namespace q38::testing {
 // A fresh directory under the test's temp dir.
 std::string FreshDir(const std::string& name);
 
-// A git checkout at `dir` with common/a.cc, server/b.cc (tracked) and docs/c.md (not production).
+// A git checkout at `dir` with a.cc under common and b.cc under server (tracked production sources)
+// and c.md under docs (not production).
 void MakeCheckout(const std::string& dir);
 void WriteText(const std::string& path, const std::string& text);
 
