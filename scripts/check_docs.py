@@ -61,6 +61,8 @@ def headings(root, page, cache={}):
 def check(root):
     problems = []
     for rel in tracked(root):
+        if rel.startswith("scripts/check_docs"):  # the checker and its test name broken references on purpose
+            continue
         path = os.path.join(root, rel)
         try:
             with open(path, encoding="utf-8") as f:
@@ -70,7 +72,7 @@ def check(root):
         is_md = rel.endswith(".md")
         for n, line in enumerate(lines, 1):
             where = f"{rel}:{n}"
-            if OUTSIDE.search(line) and rel != "scripts/check_docs.py":
+            if OUTSIDE.search(line):
                 problems.append(f"{where}: points outside the repository: {OUTSIDE.search(line).group(0)}")
             if is_md:
                 for target in LINK.findall(line):
@@ -82,7 +84,7 @@ def check(root):
             prose = line if is_md else (COMMENT.search(line).group(1) if COMMENT.search(line) else "")
             for ref in PATH.findall(prose):
                 ref = ref.rstrip(".")
-                if PATTERN.search(ref) or rel == "scripts/check_docs.py":
+                if PATTERN.search(ref):
                     continue
                 if not os.path.exists(os.path.join(root, ref)):
                     problems.append(f"{where}: names a missing path: {ref}")

@@ -107,6 +107,11 @@ absl::Status Supervisor::Spawn(int rank, const std::string& rendezvous) {
 
 absl::Status Supervisor::Start(absl::Duration deadline) {
   KillAll();
+  // The last group's rendezvous (a shared-memory segment its ranks were killed before removing).
+  if (generation_ > 0) {
+    std::error_code ec;
+    std::filesystem::remove_all(absl::StrCat(options_.run_dir, "/rendezvous-", generation_), ec);
+  }
   ++generation_;
   const std::string rendezvous = absl::StrCat(options_.run_dir, "/rendezvous-", generation_);
   std::filesystem::create_directories(rendezvous);

@@ -186,8 +186,8 @@ TEST(Comm, SharedMemoryBetweenThreads) {
       errors[r] = c.ok() ? Exercise(**c) + ExerciseLarge(**c, sum) : std::string(c.status().message());
     });
     for (const auto& e : errors) EXPECT_EQ(e, "") << "world " << n;
-    // The segment's name is gone once the group is whole.
-    EXPECT_FALSE(std::filesystem::exists(dir + "/threads.shm"));
+    // The segment's file is gone once the group is whole.
+    EXPECT_TRUE(std::filesystem::is_empty(dir));
     std::filesystem::remove_all(dir);
   }
 }
@@ -217,11 +217,31 @@ TEST(Comm, SharedMemoryRendezvousWithAMissingPeerTimesOut) {
 
 TEST(Comm, SharedMemoryRefusesARankOnAnotherHost) {
   const std::string dir = FreshDir();
-  std::ofstream(dir + "/remote.shm") << "/q38-nowhere\nsome-other-host\n";
-  auto c = ConnectSharedMemory({.rank = 1, .size = 2, .store_dir = dir, .prefix = "remote", .timeout_ms = 300});
-  ASSERT_FALSE(c.ok());
-  EXPECT_TRUE(absl::IsFailedPrecondition(c.status())) << c.status();
-  EXPECT_NE(c.status().message().find("some-other-host"), std::string::npos) << c.status();
+  std::vector<absl::Status> status(2);
+  OnThreads(2, [&](int r) {
+    status[r] = ConnectSharedMemory({.rank = r, .size = 2, .store_dir = dir, .prefix = "remote", .timeout_ms = 1000,
+                                     .host = r == 0 ? "host-a" : "host-b"})
+                    .status();
+  });
+  EXPECT_TRUE(absl::IsFailedPrecondition(status[1])) << status[1];
+  EXPECT_NE(status[1].message().find("host-a"), std::string::npos) << status[1];
+  EXPECT_TRUE(absl::IsDeadlineExceeded(status[0])) << status[0];  // left alone
+  EXPECT_TRUE(std::filesystem::is_empty(dir));  // rank 0 took its segment away
+  std::filesystem::remove_all(dir);
+}
+
+// A rank that gives up before the group is whole takes its count back: a late rank does not
+// complete a group with it, it waits for a real one and times out.
+TEST(Comm, SharedMemoryRankThatGaveUpIsNotCounted) {
+  const std::string dir = FreshDir();
+  std::vector<absl::Status> status(3);
+  std::thread early([&] {
+    status[0] = ConnectSharedMemory({.rank = 0, .size = 3, .store_dir = dir, .prefix = "late", .timeout_ms = 1500}).status();
+  });
+  status[1] = ConnectSharedMemory({.rank = 1, .size = 3, .store_dir = dir, .prefix = "late", .timeout_ms = 300}).status();
+  status[2] = ConnectSharedMemory({.rank = 2, .size = 3, .store_dir = dir, .prefix = "late", .timeout_ms = 500}).status();
+  early.join();
+  for (const auto& s : status) EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
   std::filesystem::remove_all(dir);
 }
 

@@ -64,11 +64,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const GlooOptions& opt
 
 namespace q38 {
 
-// Shared memory for CPU worker processes of one host: one segment (POSIX shm) that rank 0 creates
-// and names in `store_dir`, a slot per rank and a futex to sleep on, so that waiting ranks leave
-// the cores to the ranks still computing. Dead peers (UNAVAILABLE) and timeouts (DEADLINE_EXCEEDED)
-// fail the collective; a rank on another host is refused at connect. Messages larger than a slot
-// go in slot-sized rounds. Sums add in rank order, bitwise as the in-process group does.
+// Shared memory for CPU worker processes of one host: one segment, a file in `store_dir` that rank 0
+// creates and every rank maps (unlinked once all have joined), a slot per rank and a futex to
+// sleep on, so that waiting ranks leave the cores to the ranks still computing. Dead peers
+// (UNAVAILABLE) and timeouts (DEADLINE_EXCEEDED) fail the collective; a rank on another host is
+// refused at connect. Messages larger than a slot go in slot-sized rounds. Sums add in rank order,
+// bitwise as the in-process group does.
 struct ShmOptions {
   int rank = 0;
   int size = 1;
@@ -76,6 +77,7 @@ struct ShmOptions {
   std::string prefix = "q38";
   int timeout_ms = 30000;
   size_t slot_bytes = 1 << 20;
+  std::string host;  // this rank's host as it tells rank 0 (empty: gethostname; tests set it)
 };
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectSharedMemory(const ShmOptions& options);
 

@@ -1,4 +1,6 @@
-// Collectives for CPU worker processes of one host through one shared-memory segment. Each rank
+// Collectives for CPU worker processes of one host through one shared memory segment: a file in
+// the rendezvous directory, mapped by every rank (the coordinator owns that directory and removes
+// it with its run directory, so a group killed mid-rendezvous leaves nothing elsewhere). Each rank
 // posts its tensor into its own slot and bumps its sequence word; a rank that needs a peer's data
 // sleeps on that word with a futex (no polling of sockets, no spinning while peers compute).
 // Slots alternate between two banks: a rank can only reach collective s + 2 after every rank has
@@ -17,11 +19,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/status.h"
 #include "worker/comm/communicator.h"
 
@@ -41,6 +41,7 @@ struct Header {
   int32_t world;
   uint64_t slot_bytes;
   std::atomic<int32_t> attached;
+  char host[64];  // rank 0's
 };
 
 size_t Align(size_t n) { return (n + 63) / 64 * 64; }
@@ -186,7 +187,7 @@ class ShmCommunicator final : public Communicator {
   bool failed_ = false;  // after a timeout the peers' sequence numbers no longer match ours
 };
 
-std::string NameFile(const ShmOptions& o) { return (std::filesystem::path(o.store_dir) / (o.prefix + ".shm")).string(); }
+std::string SegmentFile(const ShmOptions& o) { return (std::filesystem::path(o.store_dir) / (o.prefix + ".shm")).string(); }
 
 std::string Hostname() {
   char buf[256] = {};
@@ -194,49 +195,42 @@ std::string Hostname() {
   return buf;
 }
 
-// Rank 0 creates the segment and names it in the store; the others read the name and open it.
-absl::StatusOr<int> CreateOrOpen(const ShmOptions& o, const std::string& host, Clock::time_point deadline, std::string& name) {
-  const std::string file = NameFile(o);
-  if (o.rank == 0) {
-    std::random_device rd;
-    name = absl::StrFormat("/q38-%d-%08x%08x", getpid(), rd(), rd());
-    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) return absl::UnavailableError(absl::StrCat("shm: cannot create ", name, ": ", strerror(errno)));
-    const std::string tmp = absl::StrCat(file, ".tmp");
-    {
-      std::ofstream out(tmp);
-      out << name << "\n" << host << "\n";
-      if (!out) {
-        close(fd);
-        shm_unlink(name.c_str());
-        return absl::UnavailableError(absl::StrCat("shm: cannot write ", tmp));
-      }
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, file, ec);
-    if (ec) {
-      close(fd);
-      shm_unlink(name.c_str());
-      return absl::UnavailableError(absl::StrCat("shm: cannot publish ", file, ": ", ec.message()));
-    }
-    return fd;
-  }
+// Rank 0 builds the segment under a temporary name, sized and stamped, and renames it into place,
+// so that whoever opens it finds it whole.
+absl::StatusOr<int> Create(const ShmOptions& o, const std::string& host, size_t bytes) {
+  const std::string file = SegmentFile(o), tmp = file + ".tmp";
+  const int fd = open(tmp.c_str(), O_CREAT | O_TRUNC | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("shm: cannot create ", tmp, ": ", strerror(errno)));
+  auto fail = [&](const std::string& what) {
+    const std::string why = strerror(errno);
+    close(fd);
+    unlink(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat("shm: cannot ", what, " ", tmp, ": ", why));
+  };
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) return fail(absl::StrCat("size to ", bytes, " bytes"));
+  void* base = mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) return fail("map");
+  auto* header = static_cast<Header*>(base);
+  header->world = o.size;
+  header->slot_bytes = o.slot_bytes;
+  std::strncpy(header->host, host.c_str(), sizeof(header->host) - 1);
+  header->magic.store(kMagic, std::memory_order_release);
+  munmap(base, sizeof(Header));
+  if (rename(tmp.c_str(), file.c_str()) != 0) return fail("publish");
+  return fd;
+}
+
+// The others open it once it is there.
+absl::StatusOr<int> Open(const ShmOptions& o, Clock::time_point deadline) {
+  const std::string file = SegmentFile(o);
   while (true) {
-    std::ifstream in(file);
-    std::string their_host;
-    if (in && std::getline(in, name) && std::getline(in, their_host)) {
-      if (their_host != host) {
-        return absl::FailedPreconditionError(absl::StrCat("shm: rank 0 runs on ", their_host, ", rank ", o.rank, " on ", host,
-                                                          "; shared memory joins ranks of one host only (use gloo)"));
-      }
-      const int fd = shm_open(name.c_str(), O_RDWR, 0);
-      if (fd >= 0) return fd;
-      return absl::UnavailableError(absl::StrCat("shm: cannot open ", name, ": ", strerror(errno)));
-    }
+    const int fd = open(file.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd >= 0) return fd;
+    if (errno != ENOENT) return absl::UnavailableError(absl::StrCat("shm: cannot open ", file, ": ", strerror(errno)));
     if (Clock::now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("shm: rank 0 did not publish ", file, " within ", o.timeout_ms, " ms"));
+      return absl::DeadlineExceededError(absl::StrCat("shm: rank 0 did not create ", file, " within ", o.timeout_ms, " ms"));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }
 
@@ -248,62 +242,57 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectSharedMemory(const ShmOptio
   }
   if (o.slot_bytes < 64 || o.slot_bytes % 64 != 0) return absl::InvalidArgumentError("shm: slot_bytes must be a positive multiple of 64");
   const auto deadline = Clock::now() + std::chrono::milliseconds(o.timeout_ms);
-  const std::string host = Hostname();
-  std::string name;
-  ASSIGN_OR_RETURN(const int fd, CreateOrOpen(o, host, deadline, name));
+  const std::string host = o.host.empty() ? Hostname() : o.host;
+  const std::string file = SegmentFile(o);
   const size_t bytes = SegmentBytes(o.size, o.slot_bytes);
+  ASSIGN_OR_RETURN(const int fd, o.rank == 0 ? Create(o, host, bytes) : Open(o, deadline));
+  // Rank 0 takes the file away once the group is whole, or when it gives up; a group killed before
+  // that leaves it to the removal of the rendezvous directory.
   auto forget = [&] {
-    if (o.rank != 0) return;
-    shm_unlink(name.c_str());
-    std::error_code ec;
-    std::filesystem::remove(NameFile(o), ec);
+    if (o.rank == 0) unlink(file.c_str());
   };
-  auto fail = [&](absl::Status s) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
     close(fd);
+    forget();
+    return absl::FailedPreconditionError(absl::StrCat("shm: ", file, " holds ", st.st_size, " bytes, a group of ", o.size,
+                                                      " with ", o.slot_bytes, "-byte slots needs ", bytes));
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int map_errno = errno;
+  close(fd);  // the mapping keeps the memory
+  if (base == MAP_FAILED) {
+    forget();
+    return absl::UnavailableError(absl::StrCat("shm: cannot map ", file, ": ", strerror(map_errno)));
+  }
+  auto* header = static_cast<Header*>(base);
+  auto refuse = [&](absl::Status s) {
+    munmap(base, bytes);
     forget();
     return s;
   };
-  if (o.rank == 0 && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    return fail(absl::UnavailableError(absl::StrCat("shm: cannot size ", name, " to ", bytes, " bytes: ", strerror(errno))));
+  if (header->magic.load(std::memory_order_acquire) != kMagic || header->world != o.size ||
+      header->slot_bytes != o.slot_bytes) {
+    return refuse(absl::FailedPreconditionError(absl::StrCat("shm: ", file, " is not a segment of a group of ", o.size)));
   }
-  // The others wait until rank 0 has sized and stamped the segment.
-  Header* header = nullptr;
-  void* base = MAP_FAILED;
-  while (true) {
-    struct stat st {};
-    if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == bytes) {
-      base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (base == MAP_FAILED) return fail(absl::UnavailableError(absl::StrCat("shm: cannot map ", name, ": ", strerror(errno))));
-      header = static_cast<Header*>(base);
-      if (o.rank == 0) {
-        header->world = o.size;
-        header->slot_bytes = o.slot_bytes;
-        header->magic.store(kMagic, std::memory_order_release);
-      }
-      if (header->magic.load(std::memory_order_acquire) == kMagic) break;
-      munmap(base, bytes);
-      base = MAP_FAILED;
-    }
-    if (Clock::now() > deadline) return fail(absl::DeadlineExceededError(absl::StrCat("shm: ", name, " was not set up in time")));
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (header->host != host) {
+    return refuse(absl::FailedPreconditionError(absl::StrCat("shm: rank 0 runs on ", header->host, ", rank ", o.rank, " on ",
+                                                             host, "; shared memory joins ranks of one host only (use gloo)")));
   }
-  if (header->world != o.size || header->slot_bytes != o.slot_bytes) {
-    munmap(base, bytes);
-    return fail(absl::FailedPreconditionError(absl::StrCat("shm: ", name, " holds a group of ", header->world,
-                                                           ", this rank expects ", o.size)));
-  }
-  close(fd);  // the mapping keeps the segment
   auto* words = reinterpret_cast<RankWord*>(static_cast<char*>(base) + Align(sizeof(Header)));
   words[o.rank].pid.store(getpid());
   header->attached.fetch_add(1);
-  // A connected group is a whole one; then the name goes, so no segment outlives its ranks.
+  // A connected group is a whole one. A rank that gives up takes its count back, unless the group
+  // became whole meanwhile (then it is connected after all), so no one else counts it.
   while (header->attached.load() < o.size) {
     if (Clock::now() > deadline) {
-      const int joined = header->attached.load();
-      munmap(base, bytes);
-      forget();
-      return absl::DeadlineExceededError(absl::StrCat("shm: ", joined, " of ", o.size, " ranks joined within ",
-                                                      o.timeout_ms, " ms"));
+      int joined = header->attached.load();
+      while (joined < o.size && !header->attached.compare_exchange_weak(joined, joined - 1)) {
+      }
+      if (joined >= o.size) break;
+      words[o.rank].pid.store(0);
+      return refuse(absl::DeadlineExceededError(absl::StrCat("shm: ", joined, " of ", o.size, " ranks joined within ",
+                                                             o.timeout_ms, " ms")));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
