@@ -112,6 +112,10 @@ class Backend {
   // wins and ties go to the lowest index (worker/sampling/sampler.h, step 1); with no value above
   // −inf, out = (−inf, −1).
   virtual void ArgMax(const Tensor& logits, int64_t valid, Tensor& out) = 0;
+  // Log probabilities without the logits leaving the backend: of logits [1, V], F32 out [2k + 2] =
+  // the k largest of the first `valid` values, their indices, the largest value and Σ exp(x − max)
+  // (kernels/logits/logits.h, cpu::TopLogits; 1 ≤ k ≤ 20).
+  virtual void TopLogits(const Tensor& logits, int64_t valid, int64_t k, Tensor& out) = 0;
 
   // PLE (kernels/ple): staged [T, heads·row_width] holds the gathered table rows as stored
   // (kernels/ple/ple.h PleStageRows, into AllocStaging memory); E = staged · scale.

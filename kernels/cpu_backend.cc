@@ -221,6 +221,10 @@ class CpuBackend final : public Backend {
     CHECK(Rows(logits) == 1 && valid >= 0 && valid <= logits.dim(-1) && out.numel() == 2);
     cpu::ArgMax(F(logits), valid, F(out));
   }
+  void TopLogits(const Tensor& logits, int64_t valid, int64_t k, Tensor& out) override {
+    CHECK(Rows(logits) == 1 && valid >= 0 && valid <= logits.dim(-1) && out.numel() == 2 * k + 2);
+    cpu::TopLogits(F(logits), valid, k, F(out));
+  }
 
   void PleLoad(const Tensor& staged, float scale, Tensor& E) override {
     cpu::PleLoad(staged.as<uint8_t>(), staged.dtype, scale, F(E), E.numel());

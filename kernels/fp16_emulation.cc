@@ -155,6 +155,9 @@ class Fp16Emulation final : public Backend {
   // HcPre: Backend's composition through the rounded ops above, as the model ran it unfused.
   // ArgMax reads logits already rounded and writes a value among them and an index.
   void ArgMax(const Tensor& logits, int64_t valid, Tensor& out) override { cpu_->ArgMax(logits, valid, out); }
+  void TopLogits(const Tensor& logits, int64_t valid, int64_t k, Tensor& out) override {
+    cpu_->TopLogits(logits, valid, k, out);
+  }
   void PleLoad(const Tensor& staged, float scale, Tensor& E) override {
     cpu_->PleLoad(staged, scale, E);
     Round(E, "PleLoad");

@@ -114,6 +114,10 @@ class WorkerService final : public wv1::Worker::Service {
     spec.stop_ids.insert(req->stop_token_ids().begin(), req->stop_token_ids().end());
     spec.eos_ids.insert(req->eos_token_ids().begin(), req->eos_token_ids().end());
     spec.prefill_chunk = prefill_chunk_;
+    spec.logprobs = req->has_logprobs() ? req->logprobs() : -1;
+    if (spec.logprobs > static_cast<int32_t>(cpu::kMaxTopLogits)) {
+      return {grpc::StatusCode::INVALID_ARGUMENT, "logprobs: at most 20 alternatives"};
+    }
     if (absl::Status s = ValidateSampling(spec.sampling); !s.ok()) {
       return {grpc::StatusCode::INVALID_ARGUMENT, std::string(s.message())};
     }
@@ -126,13 +130,24 @@ class WorkerService final : public wv1::Worker::Service {
     std::mutex mu;
     std::condition_variable cv;
     std::vector<int32_t> pending;
+    std::vector<q38::v1::TokenLogprob> pending_logprobs;
     bool finished = false;
     absl::StatusOr<RunResult> r = absl::UnknownError("not run");
     std::thread engine([&] {
-      auto emit = [&](int32_t token) {
+      auto emit = [&](int32_t token, const std::optional<TokenLogprobs>& logprobs) {
         if (rank_ != 0) return;
         std::lock_guard<std::mutex> l(mu);
         pending.push_back(token);
+        if (logprobs) {
+          q38::v1::TokenLogprob& lp = pending_logprobs.emplace_back();
+          lp.set_id(token);
+          lp.set_logprob(logprobs->logprob);
+          for (const auto& [id, logprob] : logprobs->top) {
+            q38::v1::TopLogprob* t = lp.add_top();
+            t->set_id(id);
+            t->set_logprob(logprob);
+          }
+        }
         cv.notify_one();
       };
       auto cancelled = [&] { return cancel_.load() || ctx->IsCancelled(); };
@@ -150,7 +165,9 @@ class WorkerService final : public wv1::Worker::Service {
         std::unique_lock<std::mutex> l(mu);
         cv.wait_for(l, heartbeat_, [&] { return finished || !pending.empty(); });
         ev.mutable_token_ids()->Add(pending.begin(), pending.end());
+        for (auto& lp : pending_logprobs) *ev.add_logprobs() = std::move(lp);
         pending.clear();
+        pending_logprobs.clear();
         done = finished;
       }
       ev.set_progress(engine_ptr->progress());

@@ -334,6 +334,10 @@ class CudaBackendImpl final : public CudaBackend {
     Buffer scratch = Alloc(DType::kF32, {2 * cuda::kArgMaxBlocks});
     cuda::ArgMax(H(logits), valid, F(out), F(scratch.t()), stream_);
   }
+  void TopLogits(const Tensor& logits, int64_t valid, int64_t k, Tensor& out) override {
+    CHECK(Rows(logits) == 1 && valid >= 0 && valid <= logits.dim(-1) && out.numel() == 2 * k + 2);
+    cuda::TopLogits(H(logits), valid, k, F(out), stream_);
+  }
 
   void PleLoad(const Tensor& staged, float scale, Tensor& E) override {
     cuda::PleLoad(staged.as<uint8_t>(), staged.dtype, scale, H(E), E.numel(), stream_);

@@ -3,7 +3,8 @@
 // host, 2 bytes a value, converted to FP32 and scanned for the greedy id there) against
 // cuda::ArgMax (two kernels) and its 8-byte copy. Host-side paths are timed end to end (median of
 // 200 steps, each ending in a synchronize); the kernels also inside a CUDA graph. Checks that both
-// pick the same id; the exit status is 1 if not.
+// pick the same id; the exit status is 1 if not. Then cuda::TopLogits (a logprobs request's step)
+// at k = 1, 5 and 20: µs per call and its top id against ArgMax's.
 // Usage: logits_bench
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -92,10 +93,39 @@ int Run(bench::Bench& b) {
     cudaFree(out);
     cudaFree(scratch);
   }
+  std::printf("\n## Log probabilities of one rank's logits (TopLogits, one block)\n\n| V on the rank | TP | k | µs in a graph | "
+              "top id is ArgMax's |\n|---|---|---|---|---|\n");
+  for (const int tp : {1, 2, 4}) {
+    const int64_t V = 248320 / tp;
+    __half* x = nullptr;
+    float* out = nullptr;
+    Q38_CUDA_CHECK(cudaMalloc(&x, V * sizeof(__half)));
+    Q38_CUDA_CHECK(cudaMalloc(&out, (2 * cuda::kMaxTopLogits + 2) * sizeof(float)));
+    FillLogitsKernel<<<256, 256, 0, s>>>(x, V, 7 + tp);
+    Q38_CUDA_LAUNCHED();
+    std::vector<__half> staged(V);
+    Q38_CUDA_CHECK(cudaMemcpyAsync(staged.data(), x, V * sizeof(__half), cudaMemcpyDeviceToHost, s));
+    Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+    int32_t host_id = 0;
+    for (int64_t i = 1; i < V; ++i)
+      if (__half2float(staged[i]) > __half2float(staged[host_id])) host_id = static_cast<int32_t>(i);
+    for (const int k : {1, 5, 20}) {
+      const bench::Launch launch = [&](int, cudaStream_t st) { cuda::TopLogits(x, V, k, out, st); };
+      const bench::Timing graph = b.Graph(50, launch);
+      float top[2 * cuda::kMaxTopLogits + 2];
+      Q38_CUDA_CHECK(cudaMemcpy(top, out, (2 * k + 2) * sizeof(float), cudaMemcpyDeviceToHost));
+      const bool same = static_cast<int32_t>(top[k]) == host_id;
+      if (!same) ++failures;
+      std::printf("| %ld | %d | %d | %.2f | %s |\n", V, tp, k, graph.median_us, same ? "yes" : "NO");
+      std::fflush(stdout);
+    }
+    cudaFree(x);
+    cudaFree(out);
+  }
   return failures;
 }
 
 }  // namespace
 }  // namespace q38
 
-int main() { return q38::bench::BenchMain("logits_bench", "ArgMax picks the host's id", q38::Run); }
+int main() { return q38::bench::BenchMain("logits_bench", "ArgMax and TopLogits pick the host's id", q38::Run); }

@@ -67,6 +67,66 @@ __global__ void __launch_bounds__(kArgThreads) ArgMaxFinalKernel(const float* pa
   }
 }
 
+
+// A thread's running (m, s) of TopLogits: the largest value and Σ exp(x − m), with the +inf limit.
+__device__ __forceinline__ float Rescale(float from, float to) { return from == to ? 1.0f : expf(from - to); }
+__device__ __forceinline__ void AddSum(float& m, float& s, float m2, float s2) {
+  const float top = fmaxf(m, m2);
+  if (top == -INFINITY) return;
+  s = (s > 0 ? s * Rescale(m, top) : 0.0f) + (s2 > 0 ? s2 * Rescale(m2, top) : 0.0f);
+  m = top;
+}
+
+// One block: each thread keeps its k best in ascending-index order of its own strided values (a
+// later equal value loses, so strict compares keep ArgMax's ties) and its (m, s); then k rounds of
+// BlockBest pick the block's best head and advance the thread that held it.
+__global__ void __launch_bounds__(kArgThreads) TopLogitsKernel(const __half* __restrict__ x, int valid, int k, float* out) {
+  float tv[kMaxTopLogits];
+  int ti[kMaxTopLogits];
+  int held = 0;
+  float m = -INFINITY, s = 0.0f;
+  for (int i = threadIdx.x; i < valid; i += kArgThreads) {
+    const float f = __half2float(x[i]);
+    if (!(f > -INFINITY)) continue;  // −inf and NaN
+    AddSum(m, s, f, 1.0f);
+    if (held == k && !(f > tv[k - 1])) continue;
+    int j = held < k ? held++ : k - 1;
+    for (; j > 0 && f > tv[j - 1]; --j) {
+      tv[j] = tv[j - 1];
+      ti[j] = ti[j - 1];
+    }
+    tv[j] = f;
+    ti[j] = i;
+  }
+  __shared__ int winner_i;
+  int head = 0;
+  for (int r = 0; r < k; ++r) {
+    float v = head < held ? tv[head] : -INFINITY;
+    int i = head < held ? ti[head] : -1;
+    BlockBest(v, i);
+    if (threadIdx.x == 0) {
+      winner_i = i;
+      out[r] = v;
+      out[k + r] = static_cast<float>(i);
+    }
+    __syncthreads();
+    if (head < held && ti[head] == winner_i) ++head;
+    __syncthreads();
+  }
+  // The block's (m, s), warps first.
+  for (int o = kWarp / 2; o > 0; o >>= 1) AddSum(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+  __shared__ float wm[kArgWarps], ws[kArgWarps];
+  if (threadIdx.x % kWarp == 0) {
+    wm[threadIdx.x / kWarp] = m;
+    ws[threadIdx.x / kWarp] = s;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kArgWarps; ++w) AddSum(m, s, wm[w], ws[w]);
+    out[2 * k] = m;
+    out[2 * k + 1] = s;
+  }
+}
 }  // namespace
 
 void ArgMax(const __half* x, int64_t valid, float* out, float* scratch, cudaStream_t stream) {
@@ -77,6 +137,12 @@ void ArgMax(const __half* x, int64_t valid, float* out, float* scratch, cudaStre
   ArgMaxPartKernel<<<blocks, kArgThreads, 0, stream>>>(x, static_cast<int>(valid), static_cast<int>(per_block), scratch);
   Q38_CUDA_LAUNCHED();
   ArgMaxFinalKernel<<<1, kArgThreads, 0, stream>>>(scratch, blocks, out);
+  Q38_CUDA_LAUNCHED();
+}
+
+void TopLogits(const __half* x, int64_t valid, int64_t k, float* out, cudaStream_t stream) {
+  CHECK(valid >= 0 && valid < (int64_t{1} << 24) && k >= 1 && k <= kMaxTopLogits) << "TopLogits of " << k << " over " << valid;
+  TopLogitsKernel<<<1, kArgThreads, 0, stream>>>(x, static_cast<int>(valid), static_cast<int>(k), out);
   Q38_CUDA_LAUNCHED();
 }
 

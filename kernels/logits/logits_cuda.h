@@ -6,7 +6,11 @@
 
 #include <cstdint>
 
+#include "kernels/logits/logits.h"
+
 namespace q38::cuda {
+
+using cpu::kMaxTopLogits;
 
 // Blocks of the first pass; scratch holds 2 · kArgMaxBlocks floats.
 constexpr int kArgMaxBlocks = 128;
@@ -16,5 +20,9 @@ constexpr int kArgMaxBlocks = 128;
 // blocks each reduce a contiguous part to (value, index) in scratch, one block reduces those.
 // The result is the unique (largest, lowest index), whatever the order of the reductions.
 void ArgMax(const __half* x, int64_t valid, float* out, float* scratch, cudaStream_t stream);
+
+// cpu::TopLogits on FP16 values, out [2k + 2] F32, one block: the same values and indices as the
+// reference; m equal and s summed in FP32 in another order (within ~1e-6 relative).
+void TopLogits(const __half* x, int64_t valid, int64_t k, float* out, cudaStream_t stream);
 
 }  // namespace q38::cuda

@@ -1,6 +1,7 @@
 // ArgMax on the GPU against the CPU reference, exactly: it only compares, so on the same FP16
 // values both must return the same (value, index), at the lm_head's widths (V = 248,320 over 1, 2
 // and 4 ranks) and small ones, with ties everywhere, NaN, ±inf and valid bounds inside a row.
+// TopLogits: the same values and indices as the reference, its sum within FP32 reordering.
 #include <cmath>
 
 #include "kernels/testing/backend_pair.h"
@@ -44,6 +45,35 @@ TEST(LogitsCuda, ArgMaxEqualsTheReference) {
     }
   }
   EXPECT_EQ(cases, 125);
+}
+
+TEST(LogitsCuda, TopLogitsEqualsTheReference) {
+  Q38_REQUIRE_GPU();
+  BackendPair b;
+  for (int64_t V : {int64_t{248320}, int64_t{62080}, int64_t{1000}, int64_t{7}}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<float> x = Uniform(V, static_cast<uint32_t>(3 * V + kind), -20, 20);
+      if (kind == 1) {
+        for (float& v : x) v = std::round(v / 4);  // ties everywhere
+      } else if (kind == 2) {
+        for (int64_t i = 0; i < V; i += 3) x[i] = NAN;
+        x[V - 1] = -INFINITY;
+      }
+      auto logits = b.Act(x, {1, V});
+      for (int64_t valid : {V, V / 2 + 1, int64_t{1}, int64_t{0}}) {
+        for (int64_t k : {int64_t{1}, int64_t{4}, int64_t{20}}) {
+          auto out = b.Out({2 * k + 2}, DType::kF32);
+          b.cpu().TopLogits(logits.cpu.t(), valid, k, out.cpu.t());
+          b.gpu().TopLogits(logits.gpu.t(), valid, k, out.gpu.t());
+          const std::vector<float> got = b.GpuFloats(out), want = b.CpuFloats(out);
+          const std::string at = "V " + std::to_string(V) + " kind " + std::to_string(kind) + " valid " +
+                                 std::to_string(valid) + " k " + std::to_string(k);
+          for (int64_t j = 0; j < 2 * k + 1; ++j) EXPECT_EQ(got[j], want[j]) << at << " slot " << j;
+          EXPECT_NEAR(got[2 * k + 1], want[2 * k + 1], 1e-5 * want[2 * k + 1]) << at;
+        }
+      }
+    }
+  }
 }
 
 // Inside a recorded graph, reading a buffer other work rewrites between replays (the decode

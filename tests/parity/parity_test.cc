@@ -2,6 +2,7 @@
 // dequantized exactly), checked without Python: the fixture holds the reference's logits at every
 // prompt position and its 32-token greedy continuations for a tiny checkpoint that our generator
 // reproduces byte for byte from its seed. Made by tests/parity/hf_reference.py + make_fixture.py.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -110,6 +111,50 @@ TEST_F(Parity, Tp1MatchesTransformers) { ExpectParity(cases_, RunAll(dir_->path(
 TEST_F(Parity, Tp4MatchesTransformers) { ExpectParity(cases_, RunAll(dir_->path(), cases_, 4, CpuMath::kExact), 4, "exact"); }
 TEST_F(Parity, Tp1FastMatchesTransformers) { ExpectParity(cases_, RunAll(dir_->path(), cases_, 1, CpuMath::kFast), 1, "fast"); }
 TEST_F(Parity, Tp4FastMatchesTransformers) { ExpectParity(cases_, RunAll(dir_->path(), cases_, 4, CpuMath::kFast), 4, "fast"); }
+
+// Log probabilities (the HTTP API's and Generate's, docs/api.md) through the rank-local merge of
+// Model::SummarizeLogits, against the log-softmax of transformers' logits at each case's last
+// position: the same 20 most likely ids, logprobs within 1e-4, in the fast path at TP 1 and 4.
+TEST_F(Parity, LogprobsMatchTheLogSoftmaxOfTransformersLogits) {
+  const ModelConfig config = *LoadModelConfig(dir_->path());
+  auto store = *TensorStore::Open(dir_->path());
+  const int64_t V = config.vocab_size, k = 20;
+  for (int tp : {1, 4}) {
+    std::vector<cpu::LogitsSummary> got;
+    absl::Status s = RunLocalGroup(config, *store, tp, [&](Model& model) -> absl::Status {
+      std::vector<cpu::LogitsSummary> mine;
+      for (const Case& c : cases_) {
+        SequenceState state = model.NewSequence(256);
+        ASSIGN_OR_RETURN(Buffer local, model.Forward(c.ids, state));
+        ASSIGN_OR_RETURN(cpu::LogitsSummary summary, model.SummarizeLogits(local, V, k));
+        mine.push_back(std::move(summary));
+      }
+      if (model.comm().rank() == 0) got = std::move(mine);
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_EQ(got.size(), cases_.size());
+    for (size_t i = 0; i < cases_.size(); ++i) {
+      const Case& c = cases_[i];
+      const float* ref = c.logits.data() + (c.ids.size() - 1) * V;
+      double m = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < V; ++j) m = std::max<double>(m, ref[j]);
+      for (int64_t j = 0; j < V; ++j) sum += std::exp(ref[j] - m);
+      const double lse = m + std::log(sum);
+      std::vector<int32_t> order(V);
+      for (int32_t j = 0; j < V; ++j) order[j] = j;
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return ref[a] > ref[b]; });
+      ASSERT_EQ(got[i].top.size(), static_cast<size_t>(k)) << c.name;
+      double worst = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        EXPECT_EQ(got[i].top[j].first, order[j]) << "TP" << tp << " " << c.name << " rank " << j;
+        worst = std::max(worst, std::fabs((got[i].top[j].second - got[i].log_sum_exp) - (ref[order[j]] - lse)));
+      }
+      std::cout << "logprobs TP" << tp << " " << c.name << ": max |Δ logprob| over the top 20 " << worst << "\n";
+      EXPECT_LE(worst, 1e-4) << "TP" << tp << " " << c.name;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace q38

@@ -1,5 +1,6 @@
 #include "worker/engine/engine.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -16,13 +17,48 @@ struct Decision {
   uint64_t request_id;
 };
 
+// `token_logit` less the log-sum-exp, and the summary's alternatives likewise.
+TokenLogprobs FromSummary(const cpu::LogitsSummary& s, float token_logit, int32_t alternatives) {
+  TokenLogprobs lp;
+  lp.logprob = static_cast<float>(token_logit - s.log_sum_exp);
+  for (size_t j = 0; j < s.top.size() && j < static_cast<size_t>(alternatives); ++j) {
+    lp.top.push_back({s.top[j].first, static_cast<float>(s.top[j].second - s.log_sum_exp)});
+  }
+  return lp;
+}
+
 }  // namespace
 
 Engine::Engine(Model& model, int64_t max_context, int64_t valid_vocab)
     : model_(model), max_context_(max_context), valid_vocab_(valid_vocab), state_(model.NewSequence(max_context)) {}
 
-absl::StatusOr<RunResult> Engine::Run(const RunSpec& spec, const std::function<void(int32_t)>& emit,
-                                      const std::function<bool()>& cancelled) {
+absl::StatusOr<int32_t> Engine::Decide(const Buffer& local, const RunSpec& spec, uint64_t step,
+                                        std::optional<TokenLogprobs>& logprobs) {
+  const bool leader = model_.comm().rank() == 0;
+  const int64_t k = std::max(1, spec.logprobs);
+  // Greedy (SampleToken's temperature test): each rank's (max, id), or its top k and log-sum-exp,
+  // instead of every logit.
+  if (!(spec.sampling.temperature > 0)) {
+    if (spec.logprobs < 0) return model_.GreedyToken(local, valid_vocab_);
+    ASSIGN_OR_RETURN(cpu::LogitsSummary s, model_.SummarizeLogits(local, valid_vocab_, k));
+    if (s.top.empty()) return 0;  // nothing above −inf: SampleToken's 0
+    if (leader) logprobs = FromSummary(s, s.top[0].second, spec.logprobs);
+    return s.top[0].first;
+  }
+  ASSIGN_OR_RETURN(std::vector<float> logits, model_.GatherLogits(local));
+  if (!leader) return 0;
+  const int64_t V = static_cast<int64_t>(logits.size());
+  const int32_t token = SampleToken(logits.data(), V, valid_vocab_, spec.sampling, step);
+  if (spec.logprobs >= 0) {
+    const int64_t n = std::clamp<int64_t>(valid_vocab_, 1, V);
+    std::vector<float> part(2 * k + 2);
+    cpu::TopLogits(logits.data(), n, k, part.data());
+    logprobs = FromSummary(cpu::MergeTopLogits(part.data(), 1, k, n), logits[token], spec.logprobs);
+  }
+  return token;
+}
+
+absl::StatusOr<RunResult> Engine::Run(const RunSpec& spec, const Emit& emit, const std::function<bool()>& cancelled) {
   model_.backend().BindToThread();
   Communicator& comm = model_.comm();
   const bool leader = comm.rank() == 0;
@@ -62,16 +98,8 @@ absl::StatusOr<RunResult> Engine::Run(const RunSpec& spec, const std::function<v
   }
   result.prefill_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (uint64_t step = 0;; ++step) {
-    // Greedy (SampleToken's temperature test): each rank's (max, id) instead of every logit.
-    int32_t token = 0;
-    if (!(spec.sampling.temperature > 0)) {
-      ASSIGN_OR_RETURN(token, model_.GreedyToken(local, valid_vocab_));
-    } else {
-      ASSIGN_OR_RETURN(std::vector<float> logits, model_.GatherLogits(local));
-      if (leader) {
-        token = SampleToken(logits.data(), static_cast<int64_t>(logits.size()), valid_vocab_, spec.sampling, step);
-      }
-    }
+    std::optional<TokenLogprobs> logprobs;
+    ASSIGN_OR_RETURN(const int32_t token, Decide(local, spec, step, logprobs));
     if (leader) {
       d.token = token;
       const bool last = spec.stop_ids.count(d.token) || static_cast<int32_t>(step) + 1 >= spec.max_tokens;
@@ -82,7 +110,7 @@ absl::StatusOr<RunResult> Engine::Run(const RunSpec& spec, const std::function<v
       result.finish_reason = "cancelled";
       return result;
     }
-    if (leader) emit(d.token);
+    if (leader) emit(d.token, logprobs);
     ++result.generated;
     if (d.step == Step::kFinished) {
       result.finish_reason = spec.eos_ids.count(d.token) ? "eos" : spec.stop_ids.count(d.token) ? "stop" : "length";

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,6 +25,16 @@ struct RunSpec {
   std::set<int32_t> stop_ids;  // generation ends after emitting one of these
   std::set<int32_t> eos_ids;   // which stop ids count as "eos" rather than "stop"
   int64_t prefill_chunk = 8192;
+  // −1: none; 0–20: each token's log probability and this many alternatives (docs/api.md).
+  int32_t logprobs = -1;
+};
+
+// A generated token's log-softmax under the step's raw logits (before temperature, top-k and
+// top-p) over the valid vocabulary, and the `logprobs` most likely ids, by logit, ties to the
+// lower id.
+struct TokenLogprobs {
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // (id, logprob)
 };
 
 struct RunResult {
@@ -36,12 +47,13 @@ class Engine {
  public:
   Engine(Model& model, int64_t max_context, int64_t valid_vocab);
 
-  // Runs `spec` to completion. On rank 0, `emit` receives each token as soon as it is decided and
+  using Emit = std::function<void(int32_t token, const std::optional<TokenLogprobs>& logprobs)>;
+  // Runs `spec` to completion. On rank 0, `emit` receives each token (with its log probabilities
+  // when spec.logprobs ≥ 0) as soon as it is decided and
   // `cancelled` is polled once per decode step and after each block (mixer, MoE) of prefill, so a
   // cancel stops a long prompt within a block; on other ranks both are ignored. A collective failure (a dead peer,
   // a timeout) returns its status.
-  absl::StatusOr<RunResult> Run(const RunSpec& spec, const std::function<void(int32_t)>& emit,
-                                const std::function<bool()>& cancelled);
+  absl::StatusOr<RunResult> Run(const RunSpec& spec, const Emit& emit, const std::function<bool()>& cancelled);
 
   int64_t max_context() const { return max_context_; }
   // Counts prefill blocks and decode steps as they finish: a watchdog that sees it stand still
@@ -50,6 +62,11 @@ class Engine {
 
  private:
   Model& model_;
+  // Decides the step's token from rank-local logits (every rank calls it: it may gather); on rank 0
+  // also its log probabilities when asked.
+  absl::StatusOr<int32_t> Decide(const Buffer& local, const RunSpec& spec, uint64_t step,
+                                 std::optional<TokenLogprobs>& logprobs);
+
   int64_t max_context_;
   int64_t valid_vocab_;
   SequenceState state_;

@@ -316,32 +316,51 @@ absl::StatusOr<Buffer> Model::Forward(const std::vector<int32_t>& ids, SequenceS
   return state.decode->logits;
 }
 
-absl::StatusOr<int32_t> Model::GreedyToken(const Buffer& local, int64_t valid_vocab) {
+absl::StatusOr<std::vector<float>> Model::GatherRankReductions(
+    const Buffer& local, int64_t valid_vocab, int64_t width,
+    const std::function<void(const Tensor& row, int64_t valid, Tensor& out)>& reduce) {
   const int64_t T = local.t().dim(0), Vl = local.t().dim(1), world = comm_.size(), rank = comm_.rank();
   // As SampleToken: ids from n = valid_vocab clamped to [1, V] on are never returned.
   const int64_t n = std::clamp<int64_t>(valid_vocab, 1, world * Vl);
   const int64_t valid = std::clamp<int64_t>(n - rank * Vl, 0, Vl);
-  Buffer best = backend_.Alloc(DType::kF32, {2});
-  backend_.ArgMax(local.t().Rows(T - 1, 1), valid, best.t());
-  std::vector<float> pairs(2 * world);
+  Buffer mine = backend_.Alloc(DType::kF32, {width});
+  reduce(local.t().Rows(T - 1, 1), valid, mine.t());
+  std::vector<float> all(width * world);
   if (world == 1) {
-    backend_.CopyToHost(best.t(), pairs.data());
+    backend_.CopyToHost(mine.t(), all.data());
   } else {
-    Buffer all = backend_.Alloc(DType::kF32, {world, 2});
-    RETURN_IF_ERROR(comm_.AllGather(best.t(), all.t()));
-    backend_.CopyToHost(all.t(), pairs.data());
+    Buffer gathered = backend_.Alloc(DType::kF32, {world, width});
+    RETURN_IF_ERROR(comm_.AllGather(mine.t(), gathered.t()));
+    backend_.CopyToHost(gathered.t(), all.data());
   }
+  return all;
+}
+
+absl::StatusOr<int32_t> Model::GreedyToken(const Buffer& local, int64_t valid_vocab) {
+  const int64_t Vl = local.t().dim(1);
+  ASSIGN_OR_RETURN(std::vector<float> pairs,
+                   GatherRankReductions(local, valid_vocab, 2, [&](const Tensor& row, int64_t valid, Tensor& out) {
+                     backend_.ArgMax(row, valid, out);
+                   }));
   // Ranks hold ascending id ranges: strictly larger wins, so a tie keeps the lower rank's (lower) id.
   int32_t token = 0;
   float top = -std::numeric_limits<float>::infinity();
-  for (int64_t r = 0; r < world; ++r) {
+  for (size_t r = 0; 2 * r < pairs.size(); ++r) {
     const float value = pairs[2 * r], id = pairs[2 * r + 1];
     if (id >= 0 && value > top) {
       top = value;
-      token = static_cast<int32_t>(r * Vl + static_cast<int64_t>(id));
+      token = static_cast<int32_t>(static_cast<int64_t>(r) * Vl + static_cast<int64_t>(id));
     }
   }
   return token;
+}
+
+absl::StatusOr<cpu::LogitsSummary> Model::SummarizeLogits(const Buffer& local, int64_t valid_vocab, int64_t k) {
+  ASSIGN_OR_RETURN(std::vector<float> parts,
+                   GatherRankReductions(local, valid_vocab, 2 * k + 2, [&](const Tensor& row, int64_t valid, Tensor& out) {
+                     backend_.TopLogits(row, valid, k, out);
+                   }));
+  return cpu::MergeTopLogits(parts.data(), comm_.size(), k, local.t().dim(1));
 }
 
 absl::StatusOr<std::vector<float>> Model::GatherLogits(const Buffer& local) {

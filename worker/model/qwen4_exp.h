@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "common/config.h"
 #include "kernels/backend.h"
+#include "kernels/logits/logits.h"
 #include "worker/comm/communicator.h"
 #include "worker/model/weights.h"
 
@@ -109,6 +110,10 @@ class Model {
   // GatherLogits' row (worker/sampling/sampler.h, step 1), for 8 bytes a rank instead of V floats.
   // A collective: every rank calls it.
   absl::StatusOr<int32_t> GreedyToken(const Buffer& local, int64_t valid_vocab);
+  // Log probabilities the same way: the k most likely of the ids below valid_vocab (by logit, ties to
+  // the lowest id; top[0] is GreedyToken's token) and the log-sum-exp over all of them, from each
+  // rank's Backend::TopLogits, 2k + 2 floats a rank. A collective: every rank calls it.
+  absl::StatusOr<cpu::LogitsSummary> SummarizeLogits(const Buffer& local, int64_t valid_vocab, int64_t k);
 
   const ModelConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
@@ -119,6 +124,11 @@ class Model {
  private:
   Buffer Act(std::vector<int64_t> shape) { return backend_.Alloc(backend_.act_dtype(), std::move(shape)); }
   StepInputs AllocInputs(int64_t T);
+  // Every rank's `width` floats from `reduce` over its part of the last row of `local` below
+  // valid_vocab (clamped as SampleToken clamps it), gathered to the host in rank order.
+  absl::StatusOr<std::vector<float>> GatherRankReductions(
+      const Buffer& local, int64_t valid_vocab, int64_t width,
+      const std::function<void(const Tensor& row, int64_t valid, Tensor& out)>& reduce);
   // Fills inputs for ids at positions state.length.. and advances the n-gram history.
   void StageInputs(const std::vector<int32_t>& ids, SequenceState& state, StepInputs& in);
   // Everything a step does on the backend: reads only `in`, the weights and the caches, so that
