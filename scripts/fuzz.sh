@@ -11,7 +11,7 @@ seconds=${Q38_FUZZ_SECONDS:-30}
 runs=${Q38_FUZZ_RUNS:-}
 jobs=${Q38_FUZZ_JOBS:-1}  # build parallelism: 1 leaves the cores to a concurrent main build
 harnesses=("$@")
-((${#harnesses[@]})) || harnesses=(benchmark_reference generate_request safetensors model_config tokenizer_json)
+((${#harnesses[@]})) || harnesses=(benchmark_reference generate_request openai_request safetensors model_config tokenizer_json)
 
 CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQ38_FUZZ=ON -DQ38_CUDA=OFF >/dev/null
 cmake --build "$dir" -j "$jobs" --target "${harnesses[@]/#/fuzz_}"

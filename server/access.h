@@ -33,6 +33,8 @@ class Access {
 
   // OK for a public call; UNAUTHENTICATED (without the key's value) otherwise.
   absl::Status CheckUser(const grpc::ServerContextBase& ctx) const;
+  // The same for the bearer token of an HTTP request (empty: none sent).
+  absl::Status CheckUserToken(const std::string& token) const;
   // OK for an admin call; PERMISSION_DENIED naming how to become one otherwise.
   absl::Status CheckAdmin(const grpc::ServerContextBase& ctx) const;
   bool IsAdmin(const grpc::ServerContextBase& ctx) const;

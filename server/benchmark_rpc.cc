@@ -66,7 +66,7 @@ grpc::Status Q38Service::DoBenchmark(grpc::ServerContextBase* ctx, const v1::Ben
     if (ctx->IsCancelled()) return absl::CancelledError("the client went away");
     if (absl::Status s = ValidatePrompt(r.prompt, r.max_tokens, info_.limits); !s.ok()) return s;
     auto job = std::make_shared<Job>();
-    job->id = next_id_++;
+    job->id = generations_.NextJobId();
     job->benchmark = true;
     job->prompt = r.prompt;
     job->sampling.set_temperature(r.temperature);

@@ -2,8 +2,8 @@
 
 #include <httplib.h>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "server/host_port.h"
 
 namespace q38 {
 
@@ -11,13 +11,10 @@ absl::StatusOr<std::unique_ptr<HttpsMetricsServer>> HttpsMetricsServer::Start(co
                                                                               const std::string& cert,
                                                                               const std::string& key,
                                                                               std::function<std::string()> render) {
-  const size_t colon = address.rfind(':');
-  int port = -1;
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("metrics address \"", address, "\" is not host:port"));
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  absl::StatusOr<HostPort> at = ParseHostPort(address);
+  if (!at.ok()) return absl::InvalidArgumentError(absl::StrCat("metrics ", at.status().message()));
+  const std::string& host = at->host;
+  const int port = at->port;
   std::unique_ptr<HttpsMetricsServer> s(new HttpsMetricsServer());
   s->server_ = std::make_unique<httplib::SSLServer>(cert.c_str(), key.c_str());
   if (!s->server_->is_valid()) return absl::InvalidArgumentError("metrics over TLS: the certificate or key is not usable");

@@ -227,6 +227,7 @@ void Scheduler::RunOne(const std::shared_ptr<Job>& job) {
   req.set_max_tokens(job->max_tokens);
   for (int32_t id : job->stop_ids) req.add_stop_token_ids(id);
   for (int32_t id : job->eos_ids) req.add_eos_token_ids(id);
+  if (job->logprobs_asked) req.set_logprobs(*job->logprobs_asked);
   const int tp = supervisor_.tp(), generation = supervisor_.generation();
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts(tp);
   std::vector<grpc::Status> statuses(tp);
@@ -265,6 +266,7 @@ void Scheduler::RunOne(const std::shared_ptr<Job>& job) {
           ++job->generated;
           job->tokens.push_back(t);
         }
+        for (const v1::TokenLogprob& lp : ev.logprobs()) job->logprobs.push_back(lp);
         job->cv.notify_all();
       }
       statuses[r] = reader->Finish();

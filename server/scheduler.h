@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -33,11 +34,13 @@ struct Job {
   worker::v1::Sampling sampling;
   int32_t max_tokens = 0;
   std::set<int32_t> stop_ids, eos_ids;
+  std::optional<int32_t> logprobs_asked;  // the alternatives asked for (GenerateRequest.logprobs)
   bool benchmark = false;  // runs only while a benchmark holds the scheduler, never counts as queued
 
   std::mutex mu;
   std::condition_variable cv;
   std::deque<int32_t> tokens;      // produced, not yet taken by the handler
+  std::deque<v1::TokenLogprob> logprobs;  // theirs, when asked
   bool done = false;
   std::string finish_reason;       // eos, stop, length, cancelled, error
   absl::Status error;              // set when finish_reason is error

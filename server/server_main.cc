@@ -1,6 +1,6 @@
 // q38-server: the coordinator. Verifies its bundle (when given one) before spawning anything,
 // spawns one q38-worker per rank, checks that they form one build of one model (and the bundle's
-// libraries, and the contract), serves the gRPC API and /metrics, and on SIGTERM, SIGINT or
+// libraries, and the contract), serves the gRPC API, the HTTP API (--http) and /metrics, and on SIGTERM, SIGINT or
 // Admin.Shutdown drains and gives everything back. Exit codes: common/exit_codes.h.
 #include <signal.h>
 #include <unistd.h>
@@ -32,6 +32,7 @@
 #include "provenance/bundle.h"
 #include "server/contract.h"
 #include "server/group_check.h"
+#include "server/http/http_front_end.h"
 #include "server/run_dir.h"
 #include "server/service.h"
 
@@ -42,6 +43,9 @@ ABSL_FLAG(std::string, gpus, "", "GPU indices for --device cuda, one per rank (e
 ABSL_FLAG(bool, decode_graph, true, "workers replay each decode step as a CUDA graph");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address");
 ABSL_FLAG(std::string, metrics, "127.0.0.1:9090", "Prometheus /metrics address; empty to disable");
+ABSL_FLAG(std::string, http, "", "OpenAI-compatible HTTP address (docs/api.md), e.g. 127.0.0.1:8000; empty: off. HTTPS "
+          "with --tls_cert; the API key and the non-loopback rule of --listen apply");
+ABSL_FLAG(std::string, served_model_name, "", "the model id of the HTTP API (default: the --model directory's name)");
 ABSL_FLAG(int32_t, queue_size, 16, "requests that may wait while one runs");
 ABSL_FLAG(int32_t, drain_timeout_s, 30, "how long in-flight requests may finish on shutdown");
 ABSL_FLAG(std::string, restart_policy, "exit", "when a worker dies: exit, or restart the group");
@@ -180,10 +184,13 @@ int Run() {
   if (!gpus.ok()) return LOG(ERROR) << gpus.status(), kExitBadFlags;
   if (!absl::GetFlag(FLAGS_source).empty() && bundle_dir.empty()) return LOG(ERROR) << "--source goes with --bundle", kExitBadFlags;
   const bool secured = !absl::GetFlag(FLAGS_tls_cert).empty() && !absl::GetFlag(FLAGS_api_key_file).empty();
-  if (!IsLoopbackAddress(absl::GetFlag(FLAGS_listen)) && !secured && !absl::GetFlag(FLAGS_allow_insecure_public)) {
-    return LOG(ERROR) << "--listen " << absl::GetFlag(FLAGS_listen) << " is not loopback: give --tls_cert, --tls_key and "
-                      << "--api_key_file, or --allow_insecure_public",
-           kExitBadFlags;
+  for (const auto& [flag, address] : {std::pair<const char*, std::string>{"--listen", absl::GetFlag(FLAGS_listen)},
+                                       {"--http", absl::GetFlag(FLAGS_http)}}) {
+    if (!address.empty() && !IsLoopbackAddress(address) && !secured && !absl::GetFlag(FLAGS_allow_insecure_public)) {
+      return LOG(ERROR) << flag << " " << address << " is not loopback: give --tls_cert, --tls_key and "
+                        << "--api_key_file, or --allow_insecure_public",
+             kExitBadFlags;
+    }
   }
   std::optional<Contract> contract;
   if (const std::string file = absl::GetFlag(FLAGS_contract); !file.empty()) {
@@ -210,6 +217,9 @@ int Run() {
   }
 
   // Signals go to one thread that turns them into events.
+  // A client that hangs up mid-response must fail the write, not kill the server (HTTPS writes
+  // through OpenSSL, which does not ask the kernel to spare the signal).
+  signal(SIGPIPE, SIG_IGN);
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -346,7 +356,8 @@ int Run() {
   Scheduler scheduler(supervisor, metrics,
                       {static_cast<size_t>(absl::GetFlag(FLAGS_queue_size)), step_timeout,
                        [&](const std::string& why, int generation) { control.Post(Event::kGroupFailed, why, generation); }});
-  Q38Service api(scheduler, metrics, *access, info);
+  Generations generations(scheduler, metrics, info);
+  Q38Service api(scheduler, metrics, *access, info, generations);
   AdminService admin([&] { control.Post(Event::kDrain); }, [&] { control.Post(Event::kShutdown); }, scheduler, *access);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -374,10 +385,29 @@ int Run() {
     supervisor.Stop(absl::Seconds(5));
     return kExitCannotServe;
   }
+  std::unique_ptr<http::HttpFrontEnd> http_api;
+  if (const std::string address = absl::GetFlag(FLAGS_http); !address.empty()) {
+    std::string name = absl::GetFlag(FLAGS_served_model_name);
+    if (name.empty()) name = std::filesystem::path(model).lexically_normal().filename().string();
+    if (name.empty()) name = std::filesystem::path(model).lexically_normal().parent_path().filename().string();
+    absl::StatusOr<std::unique_ptr<http::HttpFrontEnd>> started = http::HttpFrontEnd::Start(
+        {address, name, max_request, absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+         absl::GetFlag(FLAGS_queue_size) + 16},
+        generations, *access, info);
+    if (!started.ok()) {
+      LOG(ERROR) << started.status();
+      server->Shutdown();
+      supervisor.Stop(absl::Seconds(5));
+      return kExitCannotServe;
+    }
+    http_api = *std::move(started);
+    LOG(INFO) << "serving the HTTP API on port " << http_api->port() << " as model \"" << name << "\"";
+  }
   auto* health = server->GetHealthCheckService();
   // Health, state and gauges; admission is the scheduler's (drain, and the queue that waits out a restart).
   auto set_serving = [&](bool up, const std::string& state) {
     health->SetServingStatus("q38.v1.Q38", up);
+    if (http_api) http_api->SetServing(up);
     api.SetState(state);
     metrics.SetServerState(state);
   };
@@ -388,7 +418,8 @@ int Run() {
             << (access->tls() ? ", TLS" : "") << (access->requires_api_key() ? ", API key required" : "");
   if (const std::string ready = absl::GetFlag(FLAGS_ready_file); !ready.empty()) {
     const std::string tmp = ready + ".tmp";
-    std::ofstream(tmp) << absl::StrCat("{\"grpc_port\": ", port, ", \"metrics_port\": ", metrics_port, ", \"pid\": ", getpid(), "}\n");
+    std::ofstream(tmp) << absl::StrCat("{\"grpc_port\": ", port, ", \"metrics_port\": ", metrics_port,
+                                       ", \"http_port\": ", http_api ? http_api->port() : 0, ", \"pid\": ", getpid(), "}\n");
     std::filesystem::rename(tmp, ready);
   }
 
@@ -473,6 +504,7 @@ int Run() {
   sample_memory();
   for (int r = 0; r < tp; ++r) metrics.SetWorkerState(r, "stopped");
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  http_api.reset();
   scheduler.Stop();
   LOG(INFO) << "stopped (exit code " << exit_code << ")";
   return exit_code;

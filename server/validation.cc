@@ -73,6 +73,9 @@ absl::Status ValidateGenerate(const v1::GenerateRequest& r, const ModelLimits& l
     return Invalid("sampling.top_p", absl::StrCat("must be in (0, 1], got ", s.top_p()));
   }
   if (s.has_top_k() && s.top_k() < 0) return Invalid("sampling.top_k", absl::StrCat("must be ≥ 0, got ", s.top_k()));
+  if (r.has_logprobs() && (r.logprobs() < 0 || r.logprobs() > kMaxLogprobs)) {
+    return Invalid("logprobs", absl::StrCat("must be in [0, ", kMaxLogprobs, "], got ", r.logprobs()));
+  }
   for (int i = 0; i < r.stop_token_ids_size(); ++i) {
     const int32_t id = r.stop_token_ids(i);
     if (id < 0 || id >= limits.vocab_size) {

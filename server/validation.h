@@ -9,6 +9,9 @@
 
 namespace q38 {
 
+// The most log-probability alternatives a request may ask for (the workers' bound, OpenAI's too).
+inline constexpr int32_t kMaxLogprobs = 20;
+
 struct ModelLimits {
   int64_t vocab_size = 0;
   int64_t max_context = 0;

@@ -1,4 +1,5 @@
-// Request validation: text fields that are not UTF-8 are refused naming the field.
+// Request validation: text fields that are not UTF-8 are refused naming the field; logprobs
+// outside [0, 20] likewise.
 #include "server/validation.h"
 
 #include <gtest/gtest.h>
@@ -51,6 +52,18 @@ TEST(ValidateGenerate, ChatAndTextThatAreNotUtf8NameTheField) {
   EXPECT_TRUE(ValidateGenerate(r, kLimits).ok());
   r.set_text("x\xed\xa0\x80");  // a UTF-16 surrogate
   ExpectInvalid(r, "text: not valid UTF-8 (invalid sequence at byte 1)");
+}
+
+TEST(ValidateGenerate, LogprobsOutsideZeroToTwentyAreRefused) {
+  v1::GenerateRequest r = Tokens();
+  for (int k : {0, 1, 20}) {
+    r.set_logprobs(k);
+    EXPECT_TRUE(ValidateGenerate(r, kLimits).ok()) << k;
+  }
+  r.set_logprobs(21);
+  ExpectInvalid(r, "logprobs: must be in [0, 20], got 21");
+  r.set_logprobs(-1);
+  ExpectInvalid(r, "logprobs: must be in [0, 20], got -1");
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/status.h"
 #include "tests/e2e/server_harness.h"
 #include "worker/model/greedy.h"
 #include "worker/model/local_group.h"
@@ -73,6 +74,28 @@ std::vector<int32_t> RunnerGreedyOnGpus(int n, int tp) {
   return tokens;
 }
 
+// The CPU reference's logprob of each of `tokens` after the prompt and the tokens before it
+// (teacher-forced), at TP1 over the tiny checkpoint.
+std::vector<float> CpuLogprobs(const std::vector<int32_t>& tokens) {
+  const ModelConfig config = *LoadModelConfig(TinyCheckpoint());
+  auto store = *TensorStore::Open(TinyCheckpoint());
+  std::vector<float> out;
+  absl::Status s = RunLocalGroup(config, *store, 1, [&](Model& m) -> absl::Status {
+    SequenceState st = m.NewSequence(static_cast<int64_t>(kPrompt.size() + tokens.size()) + 1);
+    std::vector<int32_t> ids = kPrompt;
+    for (int32_t token : tokens) {
+      ASSIGN_OR_RETURN(Buffer local, m.Forward(ids, st));
+      ASSIGN_OR_RETURN(cpu::LogitsSummary summary, m.SummarizeLogits(local, config.vocab_size, 1));
+      ASSIGN_OR_RETURN(std::vector<float> logits, m.GatherLogits(local));
+      out.push_back(static_cast<float>(logits[token] - summary.log_sum_exp));
+      ids = {token};
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
 class GpuServer : public ::testing::TestWithParam<int> {};
 
 TEST_P(GpuServer, GeneratesTheRunnersTokensAndGivesTheGpusBack) {
@@ -92,6 +115,22 @@ TEST_P(GpuServer, GeneratesTheRunnersTokensAndGivesTheGpusBack) {
     Streamed out = Generate(s.api(), req);
     ASSERT_TRUE(out.status.ok()) << out.status.error_message();
     served = out.tokens;
+    // Log probabilities reduced on the device: the greedy token first among 5, every logprob
+    // within FP16's reach of the CPU reference's on the same tokens, no token changed.
+    req.set_max_tokens(16);
+    req.set_logprobs(5);
+    Streamed with = Generate(s.api(), req);
+    ASSERT_TRUE(with.status.ok()) << with.status.error_message();
+    EXPECT_EQ(with.tokens, std::vector<int32_t>(served.begin(), served.begin() + 16));
+    ASSERT_EQ(with.logprobs.size(), 16u);
+    const std::vector<float> cpu = CpuLogprobs(with.tokens);
+    for (size_t i = 0; i < with.logprobs.size(); ++i) {
+      const v1::TokenLogprob& lp = with.logprobs[i];
+      ASSERT_EQ(lp.top_size(), 5) << i;
+      EXPECT_EQ(lp.top(0).id(), lp.id()) << i;
+      EXPECT_EQ(lp.top(0).logprob(), lp.logprob()) << i;
+      EXPECT_NEAR(lp.logprob(), cpu[i], 0.05) << "token " << i;
+    }
     for (int g = 0; g < tp; ++g) EXPECT_GT(UsedMib(g), before[g]) << "GPU " << g << " shows no worker memory";
     EXPECT_EQ(s.SignalAndWait(SIGTERM), 0);
   }

@@ -146,6 +146,7 @@ Streamed Generate(v1::Q38::Stub& api, const v1::GenerateRequest& req, int timeou
     ++out.messages;
     out.tokens.insert(out.tokens.end(), resp.token_ids().begin(), resp.token_ids().end());
     out.text += resp.text();
+    out.logprobs.insert(out.logprobs.end(), resp.logprobs().begin(), resp.logprobs().end());
     out.last = resp;
   }
   out.status = reader->Finish();

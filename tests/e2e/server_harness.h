@@ -71,6 +71,7 @@ struct Streamed {
   grpc::Status status;
   std::vector<int32_t> tokens;
   std::string text;
+  std::vector<v1::TokenLogprob> logprobs;
   v1::GenerateResponse last;
   int messages = 0;
 };

@@ -60,6 +60,30 @@ TEST_F(ServerTest, GreedyTokensEqualTheModelRunner) {
   EXPECT_GE(out.messages, 2);  // streamed, not delivered at the end
 }
 
+// Log probabilities through the coordinator and the ranks: one per token, the greedy token first
+// among its alternatives, and asking for them changes no token.
+TEST_F(ServerTest, LogprobsComeWithEveryTokenAndChangeNone) {
+  ASSERT_TRUE(server_->ready());
+  v1::GenerateRequest req = TokensRequest(kPrompt, 12);
+  req.set_ignore_eos(true);
+  req.set_logprobs(4);
+  Streamed out = Generate(server_->api(), req);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  EXPECT_EQ(out.tokens, RunnerGreedy(kPrompt, 12, 1));
+  ASSERT_EQ(out.logprobs.size(), out.tokens.size());
+  for (size_t i = 0; i < out.tokens.size(); ++i) {
+    const v1::TokenLogprob& lp = out.logprobs[i];
+    EXPECT_EQ(lp.id(), out.tokens[i]);
+    ASSERT_EQ(lp.top_size(), 4) << i;
+    EXPECT_EQ(lp.top(0).id(), lp.id()) << i;
+    EXPECT_EQ(lp.top(0).logprob(), lp.logprob()) << i;
+    EXPECT_LE(lp.logprob(), 0.0f) << i;
+    for (int j = 1; j < 4; ++j) EXPECT_LE(lp.top(j).logprob(), lp.top(j - 1).logprob()) << i;
+  }
+  req.set_logprobs(21);
+  EXPECT_EQ(Generate(server_->api(), req).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST_F(ServerTest, SeededSamplingIsReproducible) {
   ASSERT_TRUE(server_->ready());
   auto sampled = [&](uint64_t seed) {
