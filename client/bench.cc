@@ -84,6 +84,7 @@ absl::StatusOr<BenchReport> RunBench(Client& client, const BenchOptions& options
   request.set_max_tokens(options.max_tokens);
   request.set_ignore_eos(true);
   request.mutable_sampling()->set_temperature(0);  // greedy
+  if (options.logprobs) request.set_logprobs(*options.logprobs);
 
   BenchReport report;
   report.options = options;

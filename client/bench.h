@@ -42,6 +42,7 @@ struct BenchOptions {
   int requests = 1;
   int warmup = 1;
   std::optional<std::chrono::duration<double>> timeout;  // per request
+  std::optional<int> logprobs;  // asked of every request (the HTTP front end's work, compared like for like)
 };
 
 struct BenchSummary {

@@ -61,6 +61,7 @@ std::vector<std::string> GivenFlags(const CliArgs& a) {
   add("seed", a.seed.has_value());
   add("ignore_eos", a.ignore_eos);
   add("stop_token_ids", a.stop_token_ids.has_value());
+  add("logprobs", a.logprobs.has_value());
   add("json", a.json);
   add("timeout_s", a.timeout_s.has_value());
   add("diff", a.diff);
@@ -125,6 +126,17 @@ nlohmann::json TimingsJson(const v1::Timings& t) {
 
 // ---------------------------------------------------------------------------------- generate --
 
+// Each token's logprob and its alternatives, as [{"id", "logprob", "top": [{"id", "logprob"}]}].
+nlohmann::json LogprobsJson(const std::vector<v1::TokenLogprob>& logprobs) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const v1::TokenLogprob& lp : logprobs) {
+    nlohmann::json top = nlohmann::json::array();
+    for (const v1::TopLogprob& t : lp.top()) top.push_back({{"id", t.id()}, {"logprob", t.logprob()}});
+    out.push_back({{"id", lp.id()}, {"logprob", lp.logprob()}, {"top", top}});
+  }
+  return out;
+}
+
 // Prints a stream as it arrives: text when messages carry it; token ids, space-separated, until
 // the first text appears (a server without a tokenizer sends ids only).
 class StreamPrinter {
@@ -164,7 +176,7 @@ int RunGenerate(const std::vector<std::string>& operands, const CliArgs& args, s
   if (absl::Status s = CheckServerCommand(operands, args,
                                           {"server", "tokens", "text", "max_tokens", "temperature",
                                            "top_k", "top_p", "seed", "ignore_eos", "stop_token_ids",
-                                           "json", "timeout_s"});
+                                           "logprobs", "json", "timeout_s"});
       !s.ok()) {
     return Usage(err, cmd, std::string(s.message()));
   }
@@ -194,6 +206,7 @@ int RunGenerate(const std::vector<std::string>& operands, const CliArgs& args, s
          {{"prompt_tokens", result->usage.prompt_tokens()},
           {"completion_tokens", result->usage.completion_tokens()}}},
         {"timings", TimingsJson(result->timings)},
+        {"logprobs", LogprobsJson(result->logprobs)},
         {"client", {{"ttft", client_ttft}, {"e2e", client_e2e}, {"messages", result->arrivals.size()}}},
     };
     out << DumpJson(j) << "\n";
@@ -379,7 +392,7 @@ int RunBenchCommand(const std::vector<std::string>& operands, const CliArgs& arg
   const std::string cmd = "bench";
   if (absl::Status s = OnlyFlags(args, {"server", "tokens", "prompt_len", "vocab", "seed",
                                         "max_tokens", "requests", "warmup", "json", "timeout_s",
-                                        "tokenizer", "sentence"});
+                                        "tokenizer", "sentence", "logprobs"});
       !s.ok()) {
     return Usage(err, cmd, std::string(s.message()));
   }
@@ -408,6 +421,7 @@ int RunBenchCommand(const std::vector<std::string>& operands, const CliArgs& arg
   options.max_tokens = *args.max_tokens;
   options.requests = args.requests.value_or(1);
   options.warmup = args.warmup.value_or(1);
+  options.logprobs = args.logprobs;
   if (args.timeout_s) options.timeout = Seconds(*args.timeout_s);
   if (args.tokens) {
     absl::StatusOr<std::vector<int32_t>> ids = ParseIdList(*args.tokens, "--tokens");
@@ -505,13 +519,13 @@ std::string UsageText() {
 
   q38 generate --server ADDR (--tokens 1,2,3 | --text "...") [--max_tokens N]
                [--temperature T] [--top_k K] [--top_p P] [--seed S] [--ignore_eos]
-               [--stop_token_ids 1,2] [--json] [--timeout_s S]
+               [--stop_token_ids 1,2] [--logprobs K] [--json] [--timeout_s S]
   q38 health   --server ADDR [--timeout_s S]
   q38 manifest --server ADDR [--json] [--timeout_s S]
   q38 manifest --diff A.json B.json [--ignore_fields workers.pid,...]
   q38 info     --server ADDR [--json] [--timeout_s S]
   q38 bench    --server ADDR (--tokens 1,2,3 | --prompt_len N [--vocab V] [--seed S])
-               --max_tokens N [--requests R] [--warmup W] [--json [FILE]] [--timeout_s S]
+               --max_tokens N [--requests R] [--warmup W] [--logprobs K] [--json [FILE]] [--timeout_s S]
   q38 bench    --server ADDR --contract FILE [--repeats N] [--reference REPORT] [--json [FILE]]
   q38 bundle create --build DIR --out DIR [--strip_debug]
   q38 bundle verify DIR [--source CHECKOUT]
@@ -579,6 +593,7 @@ absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest(const CliArgs& args) {
   if (args.top_p) req.mutable_sampling()->set_top_p(*args.top_p);
   if (args.seed) req.mutable_sampling()->set_seed(*args.seed);
   req.set_ignore_eos(args.ignore_eos);
+  if (args.logprobs) req.set_logprobs(*args.logprobs);
   if (args.stop_token_ids) {
     absl::StatusOr<std::vector<int32_t>> ids = ParseIdList(*args.stop_token_ids, "--stop_token_ids");
     if (!ids.ok()) return ids.status();

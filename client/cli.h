@@ -36,6 +36,7 @@ struct CliArgs {
   std::optional<uint64_t> seed;
   bool ignore_eos = false;
   std::optional<std::string> stop_token_ids;  // "1,2"
+  std::optional<int> logprobs;                // generate, bench: each token's logprob and N alternatives
   bool json = false;
   std::optional<double> timeout_s;
   bool diff = false;

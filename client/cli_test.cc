@@ -42,6 +42,16 @@ class FakeQ38 final : public v1::Q38::Service {
       v1::GenerateResponse msg;
       for (int k = i; k < std::min(n, i + chunk); ++k) {
         msg.add_token_ids(100 + k);
+        if (req->has_logprobs()) {  // logprob −0.25, then the asked alternatives at −1, −2, ...
+          v1::TokenLogprob* lp = msg.add_logprobs();
+          lp->set_id(100 + k);
+          lp->set_logprob(-0.25f);
+          for (int j = 0; j < req->logprobs(); ++j) {
+            v1::TopLogprob* t = lp->add_top();
+            t->set_id(j);
+            t->set_logprob(-1.0f - j);
+          }
+        }
         if (req->has_text()) msg.mutable_text()->append("w" + std::to_string(k) + " ");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -229,6 +239,10 @@ TEST(CliArgsTest, BuildGenerateRequest) {
   EXPECT_EQ(r->sampling().seed(), 11u);
   EXPECT_TRUE(r->ignore_eos());
   EXPECT_EQ(r->stop_token_ids_size(), 2);
+  EXPECT_FALSE(r->has_logprobs());  // not given: none asked
+  a.logprobs = 3;
+  EXPECT_EQ(BuildGenerateRequest(a)->logprobs(), 3);
+  a.logprobs.reset();
 
   a.tokens = "1,x";
   absl::StatusOr<v1::GenerateRequest> bad = BuildGenerateRequest(a);
@@ -306,6 +320,21 @@ TEST_F(CliTest, GenerateJson) {
   EXPECT_DOUBLE_EQ(j["timings"]["tpot"].get<double>(), 0.001);
   EXPECT_GT(j["client"]["e2e"].get<double>(), 0);
   EXPECT_TRUE(err_.str().empty()) << err_.str();
+  EXPECT_TRUE(j["logprobs"].empty());
+}
+
+TEST_F(CliTest, GenerateJsonShowsLogprobs) {
+  CliArgs a = WithServer();
+  a.tokens = "1,2";
+  a.max_tokens = 2;
+  a.logprobs = 2;
+  a.json = true;
+  ASSERT_EQ(Run({"generate"}, a), kExitOk) << err_.str();
+  const nlohmann::json j = nlohmann::json::parse(out_.str());
+  ASSERT_EQ(j["logprobs"].size(), 2u);
+  EXPECT_EQ(j["logprobs"][1]["id"], 101);
+  EXPECT_EQ(j["logprobs"][1]["logprob"], -0.25);
+  EXPECT_EQ(j["logprobs"][1]["top"], nlohmann::json::parse(R"([{"id": 0, "logprob": -1.0}, {"id": 1, "logprob": -2.0}])"));
 }
 
 TEST_F(CliTest, GenerateExitsWithTheGrpcStatus) {

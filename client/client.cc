@@ -81,6 +81,7 @@ absl::StatusOr<GenerateResult> Client::Generate(
     if (msg.token_ids_size() > 0) result.arrivals.push_back({at, msg.token_ids_size()});
     result.token_ids.insert(result.token_ids.end(), msg.token_ids().begin(), msg.token_ids().end());
     result.text += msg.text();
+    result.logprobs.insert(result.logprobs.end(), msg.logprobs().begin(), msg.logprobs().end());
     if (msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
       result.finish_reason = msg.finish_reason();
       result.usage = msg.usage();

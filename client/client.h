@@ -33,6 +33,7 @@ struct Arrival {
 // the last message; `start` is when the call was issued and `end` when the stream closed.
 struct GenerateResult {
   std::vector<int32_t> token_ids;
+  std::vector<v1::TokenLogprob> logprobs;  // when the request asked
   std::string text;
   v1::FinishReason finish_reason = v1::FINISH_REASON_UNSPECIFIED;
   v1::Usage usage;

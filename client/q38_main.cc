@@ -26,6 +26,8 @@ ABSL_FLAG(std::optional<float>, top_p, std::nullopt, "nucleus sampling mass in (
 ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt,
           "sampling seed (generate); synthetic prompt seed (bench --prompt_len), default 0");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating past EOS until --max_tokens");
+ABSL_FLAG(std::optional<int>, logprobs, std::nullopt,
+          "each token's log probability and this many most likely alternatives (0-20; --json shows them)");
 ABSL_FLAG(std::optional<std::string>, stop_token_ids, std::nullopt, "extra stop token ids, comma-separated");
 ABSL_FLAG(bool, json, false,
           "print JSON; bench: --json FILE writes the report to FILE and prints the table");
@@ -86,6 +88,7 @@ int main(int argc, char** argv) {
   a.top_p = absl::GetFlag(FLAGS_top_p);
   a.seed = absl::GetFlag(FLAGS_seed);
   a.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+  a.logprobs = absl::GetFlag(FLAGS_logprobs);
   a.stop_token_ids = absl::GetFlag(FLAGS_stop_token_ids);
   a.json = absl::GetFlag(FLAGS_json);
   a.timeout_s = absl::GetFlag(FLAGS_timeout_s);
