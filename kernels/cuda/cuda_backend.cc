@@ -336,7 +336,8 @@ class CudaBackendImpl final : public CudaBackend {
   }
   void TopLogits(const Tensor& logits, int64_t valid, int64_t k, Tensor& out) override {
     CHECK(Rows(logits) == 1 && valid >= 0 && valid <= logits.dim(-1) && out.numel() == 2 * k + 2);
-    cuda::TopLogits(H(logits), valid, k, F(out), stream_);
+    Buffer scratch = Alloc(DType::kF32, {cuda::kArgMaxBlocks * (2 * k + 2)});
+    cuda::TopLogits(H(logits), valid, k, F(out), F(scratch.t()), stream_);
   }
 
   void PleLoad(const Tensor& staged, float scale, Tensor& E) override {

@@ -77,43 +77,44 @@ __device__ __forceinline__ void AddSum(float& m, float& s, float m2, float s2) {
   m = top;
 }
 
-// One block: each thread keeps its k best in ascending-index order of its own strided values (a
-// later equal value loses, so strict compares keep ArgMax's ties) and its (m, s); then k rounds of
-// BlockBest pick the block's best head and advance the thread that held it.
-__global__ void __launch_bounds__(kArgThreads) TopLogitsKernel(const __half* __restrict__ x, int valid, int k, float* out) {
-  float tv[kMaxTopLogits];
-  int ti[kMaxTopLogits];
+// A thread's k best values seen so far, largest first. Values arrive in ascending index order
+// (a later equal value loses, so strict compares keep ArgMax's ties).
+struct ThreadTop {
+  float v[kMaxTopLogits];
+  int i[kMaxTopLogits];
   int held = 0;
-  float m = -INFINITY, s = 0.0f;
-  for (int i = threadIdx.x; i < valid; i += kArgThreads) {
-    const float f = __half2float(x[i]);
-    if (!(f > -INFINITY)) continue;  // −inf and NaN
-    AddSum(m, s, f, 1.0f);
-    if (held == k && !(f > tv[k - 1])) continue;
+
+  __device__ __forceinline__ void Offer(float f, int index, int k) {
+    if (held == k && !(f > v[k - 1])) return;
     int j = held < k ? held++ : k - 1;
-    for (; j > 0 && f > tv[j - 1]; --j) {
-      tv[j] = tv[j - 1];
-      ti[j] = ti[j - 1];
+    for (; j > 0 && f > v[j - 1]; --j) {
+      v[j] = v[j - 1];
+      i[j] = i[j - 1];
     }
-    tv[j] = f;
-    ti[j] = i;
+    v[j] = f;
+    i[j] = index;
   }
-  __shared__ int winner_i;
+};
+
+// The block's k best of its threads' lists into out[0, k) and their indices into out[k, 2k) (−1
+// past the values held): k rounds of BlockBest over the heads, the thread that held each winner
+// moving on. Then the block's (m, s) into out[2k], out[2k + 1].
+__device__ void BlockTopLogits(ThreadTop& t, float m, float s, int k, float* out) {
+  __shared__ int winner;
   int head = 0;
   for (int r = 0; r < k; ++r) {
-    float v = head < held ? tv[head] : -INFINITY;
-    int i = head < held ? ti[head] : -1;
+    float v = head < t.held ? t.v[head] : -INFINITY;
+    int i = head < t.held ? t.i[head] : -1;
     BlockBest(v, i);
     if (threadIdx.x == 0) {
-      winner_i = i;
+      winner = i;
       out[r] = v;
       out[k + r] = static_cast<float>(i);
     }
     __syncthreads();
-    if (head < held && ti[head] == winner_i) ++head;
+    if (head < t.held && t.i[head] == winner) ++head;
     __syncthreads();
   }
-  // The block's (m, s), warps first.
   for (int o = kWarp / 2; o > 0; o >>= 1) AddSum(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
   __shared__ float wm[kArgWarps], ws[kArgWarps];
   if (threadIdx.x % kWarp == 0) {
@@ -126,6 +127,37 @@ __global__ void __launch_bounds__(kArgThreads) TopLogitsKernel(const __half* __r
     out[2 * k] = m;
     out[2 * k + 1] = s;
   }
+}
+
+// Each block reduces a contiguous part of x to its TopLogits summary, 2k + 2 floats in `part`.
+__global__ void __launch_bounds__(kArgThreads)
+    TopLogitsPartKernel(const __half* __restrict__ x, int valid, int per_block, int k, float* part) {
+  const int begin = blockIdx.x * per_block, end = min(valid, begin + per_block);
+  ThreadTop t;
+  float m = -INFINITY, s = 0.0f;
+  for (int i = begin + threadIdx.x; i < end; i += kArgThreads) {
+    const float f = __half2float(x[i]);
+    if (!(f > -INFINITY)) continue;  // −inf and NaN
+    AddSum(m, s, f, 1.0f);
+    t.Offer(f, i, k);
+  }
+  BlockTopLogits(t, m, s, k, part + blockIdx.x * (2 * k + 2));
+}
+
+// One block merges the parts' summaries. A thread walks the candidates in (part, rank) order,
+// which is ascending index order among equal values (parts hold ascending ranges, and a part
+// ranks its ties by index), so Offer keeps the ties right.
+__global__ void __launch_bounds__(kArgThreads) TopLogitsFinalKernel(const float* part, int parts, int k, float* out) {
+  ThreadTop t;
+  float m = -INFINITY, s = 0.0f;
+  const int stride = 2 * k + 2;
+  for (int c = threadIdx.x; c < parts * k; c += kArgThreads) {
+    const float* p = part + (c / k) * stride;
+    const int index = static_cast<int>(p[k + c % k]);
+    if (index >= 0) t.Offer(p[c % k], index, k);
+  }
+  for (int p = threadIdx.x; p < parts; p += kArgThreads) AddSum(m, s, part[p * stride + 2 * k], part[p * stride + 2 * k + 1]);
+  BlockTopLogits(t, m, s, k, out);
 }
 }  // namespace
 
@@ -140,9 +172,15 @@ void ArgMax(const __half* x, int64_t valid, float* out, float* scratch, cudaStre
   Q38_CUDA_LAUNCHED();
 }
 
-void TopLogits(const __half* x, int64_t valid, int64_t k, float* out, cudaStream_t stream) {
+void TopLogits(const __half* x, int64_t valid, int64_t k, float* out, float* scratch, cudaStream_t stream) {
   CHECK(valid >= 0 && valid < (int64_t{1} << 24) && k >= 1 && k <= kMaxTopLogits) << "TopLogits of " << k << " over " << valid;
-  TopLogitsKernel<<<1, kArgThreads, 0, stream>>>(x, static_cast<int>(valid), static_cast<int>(k), out);
+  // ArgMax's parts: at least 2,048 values, at most kArgMaxBlocks of them.
+  const int64_t per_block = std::max<int64_t>(2048, CeilDiv(valid, kArgMaxBlocks));
+  const int blocks = static_cast<int>(std::max<int64_t>(1, CeilDiv(valid, per_block)));
+  TopLogitsPartKernel<<<blocks, kArgThreads, 0, stream>>>(x, static_cast<int>(valid), static_cast<int>(per_block),
+                                                          static_cast<int>(k), scratch);
+  Q38_CUDA_LAUNCHED();
+  TopLogitsFinalKernel<<<1, kArgThreads, 0, stream>>>(scratch, blocks, static_cast<int>(k), out);
   Q38_CUDA_LAUNCHED();
 }
 

@@ -21,8 +21,10 @@ constexpr int kArgMaxBlocks = 128;
 // The result is the unique (largest, lowest index), whatever the order of the reductions.
 void ArgMax(const __half* x, int64_t valid, float* out, float* scratch, cudaStream_t stream);
 
-// cpu::TopLogits on FP16 values, out [2k + 2] F32, one block: the same values and indices as the
-// reference; m equal and s summed in FP32 in another order (within ~1e-6 relative).
-void TopLogits(const __half* x, int64_t valid, int64_t k, float* out, cudaStream_t stream);
+// cpu::TopLogits on FP16 values, out [2k + 2] F32: the same values and indices as the reference;
+// m equal and s summed in FP32 in another order. Two kernels, as ArgMax: up to kArgMaxBlocks
+// blocks each summarize a contiguous part into scratch (kArgMaxBlocks · (2k + 2) floats), one
+// block merges those.
+void TopLogits(const __half* x, int64_t valid, int64_t k, float* out, float* scratch, cudaStream_t stream);
 
 }  // namespace q38::cuda

@@ -195,9 +195,11 @@ __device__ __forceinline__ const float* E2m1Table() {
 constexpr int kExpertThreads = 256, kGateUpCols = 16, kDownCols = 8;
 
 // Block (pair p = t·k + j on x, a run of intermediate rows on y): each lane group computes the
-// gate row i and the up row I + i of expert idx[p] and writes silu(gate)·up.
+// gate row i and the up row I + i of expert idx[p] and writes silu(gate)·up. Held to 64
+// registers (4 blocks an SM instead of 3): the kernel issues most cycles, and more warps to pick
+// from took a TP1 decode call from 35.7 to 33.9 µs (docs/journal/2026-12-02-runs-u-w.md).
 template <typename Rows>
-__global__ void GateUpKernel(const __half* __restrict__ h, const int32_t* __restrict__ idx, Rows rows,
+__global__ void __launch_bounds__(kExpertThreads, 4) GateUpKernel(const __half* __restrict__ h, const int32_t* __restrict__ idx, Rows rows,
                              __half* __restrict__ act, int64_t k, int64_t I, int group) {
   const int64_t pair = blockIdx.x, t = pair / k;
   const int lane = threadIdx.x % group;
