@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The HTTP API's wire format (docs/api.md) as curl sees it, on the real q38-server with one CPU
 # worker and the random tiny checkpoint: server-sent-event framing, OpenAI error bodies for
-# malformed, unrouted, oversized and refused requests, and a graceful SIGTERM that closes the port.
+# malformed, unrouted, oversized and refused requests, 429 when the queue is full, 503 from
+# /health and for new requests while draining, and a graceful SIGTERM that closes the port.
 #   http_curl_test.sh Q38_SERVER Q38_WORKER Q38_MAKE_CHECKPOINT [SMALL_MODEL, unused]
 set -euo pipefail
 server_bin=$1 worker_bin=$2 make_checkpoint=$3
@@ -22,7 +23,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$make_checkpoint" --out="$tmp/tiny" --seed=1 > /dev/null
 "$server_bin" --model="$tmp/tiny" --tp=1 --listen=127.0.0.1:0 --metrics=127.0.0.1:0 --http=127.0.0.1:0 \
   --worker_binary="$worker_bin" --run_dir="$tmp/run" --ready_file="$tmp/ready.json" --startup_timeout_s=60 \
-  --max_request_bytes=4096 > "$tmp/server.log" 2>&1 &
+  --max_request_bytes=4096 --queue_size=1 --drain_timeout_s=30 > "$tmp/server.log" 2>&1 &
 server_pid=$!
 # Ready once the file parses and names the HTTP port (it may be seen half written).
 port=""
@@ -103,7 +104,44 @@ python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert [m["id"] 
   || fail "GET /v1/models body: $(head -c 500 "$tmp/body")"
 echo "PASS GET /v1/models: 200, the tiny model"
 
+# long_stream NAME: a greedy streamed completion of 3,000 tokens in the background, its events in
+# $tmp/NAME; returns once its first event has arrived.
+long_stream() {
+  curl -sS --noproxy '*' --max-time 120 -N -o "$tmp/$1" "$base/v1/completions" -H 'Content-Type: application/json' \
+    --data-binary '{"prompt": "The quick brown fox", "max_tokens": 3000, "temperature": 0, "ignore_eos": true, "stream": true}' &
+  eval "$1_pid=$!"
+  for _ in $(seq 1 100); do [ -s "$tmp/$1" ] && return 0; sleep 0.05; done
+  fail "no event from the long stream $1"
+}
+
+# One request runs and --queue_size 1 holds one more: the next is 429, and the two clients that
+# leave cancel theirs, so the server answers again at once.
+long_stream running
+curl -sS --noproxy '*' --max-time 120 -N -o "$tmp/queued" "$base/v1/completions" -H 'Content-Type: application/json' \
+  --data-binary '{"prompt": "x", "max_tokens": 3000, "ignore_eos": true, "stream": true}' &
+queued_pid=$!
+sleep 0.5
+post_json /v1/completions '{"prompt": "hello", "max_tokens": 4}'
+expect_error 429 rate_limit_error
+echo "PASS a full queue: 429 rate_limit_error"
+kill "$running_pid" "$queued_pid" 2>/dev/null || true
+wait "$running_pid" "$queued_pid" 2>/dev/null || true
+post_json /v1/completions '{"prompt": "hello", "max_tokens": 4, "temperature": 0}'
+[ "$status" = 200 ] || fail "after the clients left: $status $(head -c 500 "$tmp/body")"
+echo "PASS clients that leave cancel their requests: the next one is served"
+
+# Draining: SIGTERM while a stream runs; /health and new requests get 503 until the stream ends.
+long_stream draining
 kill -TERM "$server_pid"
+sleep 0.3
+request GET /health
+[ "$status" = 503 ] || fail "/health while draining: $status"
+post_json /v1/completions '{"prompt": "hello", "max_tokens": 4}'
+expect_error 503 service_unavailable
+echo "PASS while draining: /health and a new completion are 503"
+wait "$draining_pid" || fail "the stream in flight at SIGTERM failed"
+tail -c 14 "$tmp/draining" | grep -q 'data: \[DONE\]' || fail "the stream in flight did not end with [DONE]: $(tail -c 300 "$tmp/draining")"
+echo "PASS the stream in flight at SIGTERM ran to its end"
 code=0
 wait "$server_pid" || code=$?
 server_pid=""
