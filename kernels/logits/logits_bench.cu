@@ -48,57 +48,15 @@ double TimeHost(F&& step, int reps = 200) {
   return MedianUs(us);
 }
 
-int Run(bench::Bench& b) {
-  int failures = 0;
-  const cudaStream_t s = b.stream();
-  std::printf("\n## Greedy token of one rank's logits\n\n");
-  std::printf("| V on the rank | TP | logits to host + host scan µs | ArgMax + 8-byte copy µs | ArgMax kernels in a graph µs | "
-              "ArgMax eager µs | same id |\n|---|---|---|---|---|---|---|\n");
-  for (const int tp : {1, 2, 4}) {
-    const int64_t V = 248320 / tp;
-    __half* x = nullptr;
-    float *out = nullptr, *scratch = nullptr;
-    Q38_CUDA_CHECK(cudaMalloc(&x, V * sizeof(__half)));
-    Q38_CUDA_CHECK(cudaMalloc(&out, 2 * sizeof(float)));
-    Q38_CUDA_CHECK(cudaMalloc(&scratch, 2 * cuda::kArgMaxBlocks * sizeof(float)));
-    FillLogitsKernel<<<256, 256, 0, s>>>(x, V, 7 + tp);
-    Q38_CUDA_LAUNCHED();
-    std::vector<__half> staged(V);
-    std::vector<float> logits(V);
-    int32_t host_id = -1, device_id = -1;
-    // What Engine::Run did: CopyToHost (pageable, then FP16 → FP32), then the greedy scan.
-    const double old_us = TimeHost([&] {
-      Q38_CUDA_CHECK(cudaMemcpyAsync(staged.data(), x, V * sizeof(__half), cudaMemcpyDeviceToHost, s));
-      Q38_CUDA_CHECK(cudaStreamSynchronize(s));
-      for (int64_t i = 0; i < V; ++i) logits[i] = __half2float(staged[i]);
-      float top = -INFINITY;
-      for (int64_t i = 0; i < V; ++i)
-        if (logits[i] > top) top = logits[i], host_id = static_cast<int32_t>(i);
-    });
-    const double new_us = TimeHost([&] {
-      cuda::ArgMax(x, V, out, scratch, s);
-      float pair[2];
-      Q38_CUDA_CHECK(cudaMemcpyAsync(pair, out, sizeof(pair), cudaMemcpyDeviceToHost, s));
-      Q38_CUDA_CHECK(cudaStreamSynchronize(s));
-      device_id = static_cast<int32_t>(pair[1]);
-    });
-    const bench::Launch launch = [&](int, cudaStream_t st) { cuda::ArgMax(x, V, out, scratch, st); };
-    const bench::Timing graph = b.Graph(50, launch), eager = b.Eager(50, launch);
-    const bool same = host_id == device_id;
-    if (!same) ++failures;
-    std::printf("| %ld | %d | %.1f | %.1f | %.2f | %.2f | %s |\n", V, tp, old_us, new_us, graph.median_us, eager.median_us,
-                same ? "yes" : "NO");
-    std::fflush(stdout);
-    cudaFree(x);
-    cudaFree(out);
-    cudaFree(scratch);
-  }
-  std::printf("\n## Log probabilities of one rank's logits (TopLogits)\n\n| V on the rank | TP | k | µs in a graph | "
-              "top id is ArgMax's |\n|---|---|---|---|---|\n");
-  for (const int tp : {1, 2, 4}) {
-    const int64_t V = 248320 / tp;
-    __half* x = nullptr;
-    float *out = nullptr, *scratch = nullptr;
+// One rank's lm_head output at TP `tp` on the device (FillLogitsKernel), its greedy id found on the
+// host, and output and scratch buffers large enough for ArgMax and TopLogits.
+struct RankLogits {
+  int64_t V;
+  __half* x = nullptr;
+  float *out = nullptr, *scratch = nullptr;
+  int32_t host_id = 0;
+
+  RankLogits(int tp, cudaStream_t s) : V(248320 / tp) {
     Q38_CUDA_CHECK(cudaMalloc(&x, V * sizeof(__half)));
     Q38_CUDA_CHECK(cudaMalloc(&out, (2 * cuda::kMaxTopLogits + 2) * sizeof(float)));
     Q38_CUDA_CHECK(cudaMalloc(&scratch, cuda::kArgMaxBlocks * (2 * cuda::kMaxTopLogits + 2) * sizeof(float)));
@@ -107,22 +65,66 @@ int Run(bench::Bench& b) {
     std::vector<__half> staged(V);
     Q38_CUDA_CHECK(cudaMemcpyAsync(staged.data(), x, V * sizeof(__half), cudaMemcpyDeviceToHost, s));
     Q38_CUDA_CHECK(cudaStreamSynchronize(s));
-    int32_t host_id = 0;
     for (int64_t i = 1; i < V; ++i)
       if (__half2float(staged[i]) > __half2float(staged[host_id])) host_id = static_cast<int32_t>(i);
-    for (const int k : {1, 5, 20}) {
-      const bench::Launch launch = [&](int, cudaStream_t st) { cuda::TopLogits(x, V, k, out, scratch, st); };
-      const bench::Timing graph = b.Graph(50, launch);
-      float top[2 * cuda::kMaxTopLogits + 2];
-      Q38_CUDA_CHECK(cudaMemcpy(top, out, (2 * k + 2) * sizeof(float), cudaMemcpyDeviceToHost));
-      const bool same = static_cast<int32_t>(top[k]) == host_id;
-      if (!same) ++failures;
-      std::printf("| %ld | %d | %d | %.2f | %s |\n", V, tp, k, graph.median_us, same ? "yes" : "NO");
-      std::fflush(stdout);
-    }
+  }
+  ~RankLogits() {
     cudaFree(x);
     cudaFree(out);
     cudaFree(scratch);
+  }
+};
+
+int Run(bench::Bench& b) {
+  int failures = 0;
+  const cudaStream_t s = b.stream();
+  std::printf("\n## Greedy token of one rank's logits\n\n");
+  std::printf("| V on the rank | TP | logits to host + host scan µs | ArgMax + 8-byte copy µs | ArgMax kernels in a graph µs | "
+              "ArgMax eager µs | same id |\n|---|---|---|---|---|---|---|\n");
+  for (const int tp : {1, 2, 4}) {
+    const RankLogits r(tp, s);
+    const int64_t V = r.V;
+    std::vector<__half> staged(V);
+    std::vector<float> logits(V);
+    int32_t scanned = -1, device_id = -1;
+    // What Engine::Run did: CopyToHost (pageable, then FP16 → FP32), then the greedy scan.
+    const double old_us = TimeHost([&] {
+      Q38_CUDA_CHECK(cudaMemcpyAsync(staged.data(), r.x, V * sizeof(__half), cudaMemcpyDeviceToHost, s));
+      Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+      for (int64_t i = 0; i < V; ++i) logits[i] = __half2float(staged[i]);
+      float top = -INFINITY;
+      for (int64_t i = 0; i < V; ++i)
+        if (logits[i] > top) top = logits[i], scanned = static_cast<int32_t>(i);
+    });
+    const double new_us = TimeHost([&] {
+      cuda::ArgMax(r.x, V, r.out, r.scratch, s);
+      float pair[2];
+      Q38_CUDA_CHECK(cudaMemcpyAsync(pair, r.out, sizeof(pair), cudaMemcpyDeviceToHost, s));
+      Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+      device_id = static_cast<int32_t>(pair[1]);
+    });
+    const bench::Launch launch = [&](int, cudaStream_t st) { cuda::ArgMax(r.x, V, r.out, r.scratch, st); };
+    const bench::Timing graph = b.Graph(50, launch), eager = b.Eager(50, launch);
+    const bool same = scanned == device_id && scanned == r.host_id;
+    if (!same) ++failures;
+    std::printf("| %ld | %d | %.1f | %.1f | %.2f | %.2f | %s |\n", V, tp, old_us, new_us, graph.median_us, eager.median_us,
+                same ? "yes" : "NO");
+    std::fflush(stdout);
+  }
+  std::printf("\n## Log probabilities of one rank's logits (TopLogits)\n\n| V on the rank | TP | k | µs in a graph | "
+              "top id is ArgMax's |\n|---|---|---|---|---|\n");
+  for (const int tp : {1, 2, 4}) {
+    const RankLogits r(tp, s);
+    for (const int k : {1, 5, 20}) {
+      const bench::Launch launch = [&](int, cudaStream_t st) { cuda::TopLogits(r.x, r.V, k, r.out, r.scratch, st); };
+      const bench::Timing graph = b.Graph(50, launch);
+      float top[2 * cuda::kMaxTopLogits + 2];
+      Q38_CUDA_CHECK(cudaMemcpy(top, r.out, (2 * k + 2) * sizeof(float), cudaMemcpyDeviceToHost));
+      const bool same = static_cast<int32_t>(top[k]) == r.host_id;
+      if (!same) ++failures;
+      std::printf("| %ld | %d | %d | %.2f | %s |\n", r.V, tp, k, graph.median_us, same ? "yes" : "NO");
+      std::fflush(stdout);
+    }
   }
   return failures;
 }

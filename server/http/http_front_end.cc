@@ -211,6 +211,7 @@ void HttpFrontEnd::Complete(const httplib::Request& req, httplib::Response& res,
                         endpoint);
     }
     generate.set_max_tokens(static_cast<int32_t>(rest));
+    generate.mutable_tokens()->mutable_ids()->Assign(ids->begin(), ids->end());  // tokenized once, not again in Admit
   }
   absl::StatusOr<std::unique_ptr<Generation>> admitted = generations_.Admit(generate);
   if (!admitted.ok()) return ReplyError(res, admitted.status(), endpoint);

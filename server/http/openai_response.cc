@@ -61,9 +61,9 @@ std::string ResponseBuilder::TokenText(int32_t id) const {
   return tokenizer_->Decode(one);
 }
 
-json ResponseBuilder::TokenBytes(int32_t id) const {
+json ResponseBuilder::Bytes(const std::string& text) {
   json bytes = json::array();
-  for (unsigned char c : TokenText(id)) bytes.push_back(static_cast<int>(c));
+  for (unsigned char c : text) bytes.push_back(static_cast<int>(c));
   return bytes;
 }
 
@@ -73,9 +73,10 @@ void ResponseBuilder::AppendLogprobs(const v1::GenerateResponse& message, json& 
     if (endpoint_ == Endpoint::kChat) {
       json top = json::array();
       for (const v1::TopLogprob& t : lp.top()) {
-        top.push_back({{"token", TokenText(t.id())}, {"logprob", t.logprob()}, {"bytes", TokenBytes(t.id())}});
+        const std::string alternative = TokenText(t.id());
+        top.push_back({{"token", alternative}, {"logprob", t.logprob()}, {"bytes", Bytes(alternative)}});
       }
-      into["content"].push_back({{"token", text}, {"logprob", lp.logprob()}, {"bytes", TokenBytes(lp.id())}, {"top_logprobs", top}});
+      into["content"].push_back({{"token", text}, {"logprob", lp.logprob()}, {"bytes", Bytes(text)}, {"top_logprobs", top}});
     } else {
       json top = json::object();
       for (const v1::TopLogprob& t : lp.top()) {

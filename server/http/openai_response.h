@@ -42,7 +42,7 @@ class ResponseBuilder {
   // The log probabilities of `message`'s tokens in this endpoint's shape, appended to `into`.
   void AppendLogprobs(const v1::GenerateResponse& message, nlohmann::json& into);
   std::string TokenText(int32_t id) const;
-  nlohmann::json TokenBytes(int32_t id) const;
+  static nlohmann::json Bytes(const std::string& text);
 
   const Endpoint endpoint_;
   const bool logprobs_;
