@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "common/sha256.h"
-#include "worker/model/checkpoint_generator.h"
+#include "tools/checkpoint/checkpoint_generator.h"
 
 namespace q38 {
 namespace {

@@ -16,7 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status.h"
 #include "tests/e2e/server_harness.h"
-#include "worker/model/greedy.h"
+#include "worker/engine/greedy.h"
 #include "worker/model/local_group.h"
 
 namespace q38::e2e {
@@ -64,8 +64,7 @@ std::vector<int32_t> RunnerGreedyOnGpus(int n, int tp) {
   std::vector<int32_t> tokens;
   LocalGroupOptions o{.device = "cuda", .model = {.decode_graph = true}};
   absl::Status s = RunLocalGroup(config, *store, tp, [&](Model& m) -> absl::Status {
-    SequenceState st = m.NewSequence(static_cast<int64_t>(kPrompt.size()) + n);
-    auto r = GenerateGreedy(m, st, kPrompt, n, 8192);
+    auto r = GenerateGreedy(m, kPrompt, n, 8192);
     if (!r.ok()) return r.status();
     if (m.comm().rank() == 0) tokens = r->tokens;
     return absl::OkStatus();

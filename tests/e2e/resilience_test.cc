@@ -22,7 +22,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "tests/e2e/server_harness.h"
-#include "worker/model/checkpoint_generator.h"
+#include "tools/checkpoint/checkpoint_generator.h"
 
 namespace q38::e2e {
 namespace {

@@ -19,7 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
-#include "worker/model/checkpoint_generator.h"
+#include "tools/checkpoint/checkpoint_generator.h"
 
 namespace q38::e2e {
 namespace {

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/e2e/server_harness.h"
-#include "worker/model/greedy.h"
+#include "worker/engine/greedy.h"
 #include "worker/model/local_group.h"
 
 namespace q38::e2e {
@@ -24,8 +24,7 @@ std::vector<int32_t> RunnerGreedy(const std::vector<int32_t>& prompt, int n, int
   auto store = *TensorStore::Open(TinyCheckpoint());
   std::vector<int32_t> tokens;
   absl::Status s = RunLocalGroup(config, *store, tp, [&](Model& m) -> absl::Status {
-    SequenceState st = m.NewSequence(static_cast<int64_t>(prompt.size()) + n);
-    auto r = GenerateGreedy(m, st, prompt, n, 8192);
+    auto r = GenerateGreedy(m, prompt, n, 8192);
     if (!r.ok()) return r.status();
     if (m.comm().rank() == 0) tokens = r->tokens;
     return absl::OkStatus();

@@ -10,12 +10,12 @@
 #include <gtest/gtest.h>
 
 #include "common/sha256.h"
-#include "nlohmann/json.hpp"
-#include "worker/checkpoint/test_files.h"
-#include "worker/model/checkpoint_generator.h"
-#include "worker/model/greedy.h"
-#include "worker/model/local_group.h"
 #include "common/status.h"
+#include "nlohmann/json.hpp"
+#include "tools/checkpoint/checkpoint_generator.h"
+#include "worker/checkpoint/test_files.h"
+#include "worker/engine/greedy.h"
+#include "worker/model/local_group.h"
 
 namespace q38 {
 namespace {
@@ -78,8 +78,7 @@ Outcome RunAll(const std::string& dir, const std::vector<Case>& cases, int tp, C
       ASSIGN_OR_RETURN(Buffer local, model.Forward(c.ids, s, static_cast<int64_t>(c.ids.size())));
       ASSIGN_OR_RETURN(std::vector<float> logits, model.GatherLogits(local));
       mine.logits.push_back(std::move(logits));
-      model.Reset(s);
-      ASSIGN_OR_RETURN(GreedyResult g, GenerateGreedy(model, s, c.ids, static_cast<int64_t>(c.greedy.size()), 16));
+      ASSIGN_OR_RETURN(GreedyResult g, GenerateGreedy(model, c.ids, static_cast<int32_t>(c.greedy.size()), 16));
       mine.greedy.push_back(std::move(g.tokens));
     }
     if (model.comm().rank() == 0) out = std::move(mine);

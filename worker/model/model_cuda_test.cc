@@ -25,10 +25,10 @@
 
 #include "common/status.h"
 #include "kernels/fp16_emulation.h"
+#include "tools/checkpoint/checkpoint_generator.h"
+#include "tools/precision/agreement.h"
+#include "tools/precision/decision_record.h"
 #include "worker/checkpoint/test_files.h"
-#include "worker/model/agreement.h"
-#include "worker/model/checkpoint_generator.h"
-#include "worker/model/decision_record.h"
 #include "worker/model/local_group.h"
 
 namespace q38 {

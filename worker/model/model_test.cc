@@ -10,14 +10,14 @@
 #include <gtest/gtest.h>
 
 #include "common/status.h"
+#include "tools/checkpoint/checkpoint_generator.h"
+#include "tools/checkpoint/checkpoint_quantizer.h"
+#include "tools/precision/agreement.h"
+#include "tools/precision/decision_record.h"
 #include "worker/checkpoint/safetensors.h"
 #include "worker/checkpoint/safetensors_writer.h"
 #include "worker/checkpoint/test_files.h"
-#include "worker/model/agreement.h"
-#include "worker/model/checkpoint_generator.h"
-#include "worker/model/checkpoint_quantizer.h"
-#include "worker/model/decision_record.h"
-#include "worker/model/greedy.h"
+#include "worker/engine/greedy.h"
 #include "worker/model/local_group.h"
 
 namespace q38 {
@@ -73,6 +73,16 @@ auto OnRanks(const Loaded& l, int tp, Fn fn, const LocalGroupOptions& options = 
   }, options);
   EXPECT_TRUE(s.ok()) << s;
   return out;
+}
+
+// Feeds `ids` in chunks of at most `chunk` tokens; the full-vocabulary logits of the last token.
+absl::StatusOr<std::vector<float>> Prefill(Model& m, SequenceState& s, const std::vector<int32_t>& ids, int64_t chunk) {
+  Buffer logits;
+  for (size_t begin = 0; begin < ids.size(); begin += chunk) {
+    const size_t end = std::min(ids.size(), begin + static_cast<size_t>(chunk));
+    ASSIGN_OR_RETURN(logits, m.Forward(std::vector<int32_t>(ids.begin() + begin, ids.begin() + end), s));
+  }
+  return m.GatherLogits(logits);
 }
 
 // Logits of every prompt position from one forward pass.
@@ -147,8 +157,8 @@ TEST_F(TinyModel, TensorParallelEqualsSingleRank) {
   for (int tp : {2, 4}) {
     auto tpn = OnRanks(l, tp, [&](Model& m, SequenceState& s) { return AllPositions(m, s, prompt); });
     EXPECT_LE(RelErr(tpn, tp1), 1e-5) << "TP" << tp;
-    auto greedy = OnRanks(l, tp, [&](Model& m, SequenceState& s) { return GenerateGreedy(m, s, prompt, 12, 16)->tokens; });
-    auto greedy1 = OnRanks(l, 1, [&](Model& m, SequenceState& s) { return GenerateGreedy(m, s, prompt, 12, 16)->tokens; });
+    auto greedy = OnRanks(l, tp, [&](Model& m, SequenceState& s) { return GenerateGreedy(m, prompt, 12, 16)->tokens; });
+    auto greedy1 = OnRanks(l, 1, [&](Model& m, SequenceState& s) { return GenerateGreedy(m, prompt, 12, 16)->tokens; });
     EXPECT_EQ(greedy, greedy1) << "TP" << tp;
   }
 }

@@ -80,7 +80,7 @@ struct ModelOptions {
   // Diagnostics: see each MoE layer's routing before its experts run, and each attention layer's
   // block selection before attention reads it, and may change them; the layer then uses what
   // they leave. Precision studies use them to find the decisions rounding can flip
-  // (worker/model/decision_record.h). They copy through the host, so steps run eagerly.
+  // (tools/precision/decision_record.h). They copy through the host, so steps run eagerly.
   std::function<void(Routing&)> routing;
   std::function<void(Selection&)> selection;
 };

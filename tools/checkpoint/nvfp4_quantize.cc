@@ -1,4 +1,4 @@
-#include "worker/model/nvfp4_quantize.h"
+#include "tools/checkpoint/nvfp4_quantize.h"
 
 #include <algorithm>
 #include <cmath>

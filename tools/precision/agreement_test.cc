@@ -1,6 +1,6 @@
 // The agreement measures on hand-made logits: top-1, the per-position error, and where along the
 // sequence the error lies.
-#include "worker/model/agreement.h"
+#include "tools/precision/agreement.h"
 
 #include <gtest/gtest.h>
 

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tools/precision/agreement.h"
 #include "worker/checkpoint/tensor_store.h"
-#include "worker/model/agreement.h"
 #include "worker/model/qwen4_exp.h"
 
 namespace q38 {

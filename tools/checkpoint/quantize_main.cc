@@ -4,7 +4,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "worker/model/checkpoint_quantizer.h"
+#include "tools/checkpoint/checkpoint_quantizer.h"
 
 ABSL_FLAG(std::string, in, "", "checkpoint directory with float (BF16/F16/F32) experts");
 ABSL_FLAG(std::string, out, "", "directory to write the release-layout checkpoint to");

@@ -1,4 +1,4 @@
-#include "worker/model/decision_record.h"
+#include "tools/precision/decision_record.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "worker/model/agreement.h"
+#include "tools/precision/agreement.h"
 
 #include <algorithm>
 #include <cmath>

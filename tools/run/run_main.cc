@@ -10,8 +10,8 @@
 #include "absl/strings/str_split.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
-#include "worker/model/greedy.h"
-#include "worker/model/group_flags.h"
+#include "tools/run/group_flags.h"
+#include "worker/engine/greedy.h"
 #include "worker/model/local_group.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory");
@@ -45,9 +45,7 @@ absl::Status Main() {
   ASSIGN_OR_RETURN(LocalGroupOptions group, LocalGroupOptionsFromFlags());
   GreedyResult g;
   RETURN_IF_ERROR(RunLocalGroup(config, *store, tp, [&](Model& model) -> absl::Status {
-    SequenceState state = model.NewSequence(static_cast<int64_t>(prompt.size()) + absl::GetFlag(FLAGS_max_tokens));
-    ASSIGN_OR_RETURN(GreedyResult r, GenerateGreedy(model, state, prompt, absl::GetFlag(FLAGS_max_tokens),
-                                                    absl::GetFlag(FLAGS_chunk)));
+    ASSIGN_OR_RETURN(GreedyResult r, GenerateGreedy(model, prompt, absl::GetFlag(FLAGS_max_tokens), absl::GetFlag(FLAGS_chunk)));
     if (model.comm().rank() == 0) g = std::move(r);
     return absl::OkStatus();
   }, group));

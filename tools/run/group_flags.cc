@@ -1,4 +1,4 @@
-#include "worker/model/group_flags.h"
+#include "tools/run/group_flags.h"
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"

@@ -10,8 +10,8 @@
 #include "absl/strings/str_split.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
-#include "worker/model/greedy.h"
-#include "worker/model/group_flags.h"
+#include "tools/run/group_flags.h"
+#include "worker/engine/greedy.h"
 #include "worker/model/local_group.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory");
@@ -60,10 +60,9 @@ absl::Status Main() {
     int64_t graph_kernels = -1;  // kernels a decode step's graph launches (CUDA with --decode_graph)
     const auto run = [&](Model& model) -> absl::Status {
       if (model.comm().rank() == 0) std::cerr << "tp " << tp << ": weights ready" << std::endl;
-      SequenceState state = model.NewSequence(P + D);
+      Engine engine(model, P + D, config.vocab_size);
       for (int r = 0; r <= repeats; ++r) {  // run 0 is the warmup
-        model.Reset(state);
-        ASSIGN_OR_RETURN(GreedyResult g, GenerateGreedy(model, state, prompt, D, 8192));
+        ASSIGN_OR_RETURN(GreedyResult g, GenerateGreedy(engine, prompt, static_cast<int32_t>(D), 8192));
         if (model.comm().rank() != 0) continue;
         double steps = 0;
         for (double s : g.step_seconds) steps += s;

@@ -21,9 +21,9 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "kernels/fp16_emulation.h"
+#include "tools/precision/agreement.h"
+#include "tools/precision/decision_record.h"
 #include "worker/checkpoint/tensor_store.h"
-#include "worker/model/agreement.h"
-#include "worker/model/decision_record.h"
 #include "worker/model/local_group.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory (q38-make-checkpoint writes random ones)");

@@ -1,4 +1,4 @@
-#include "worker/model/modelopt_config.h"
+#include "tools/checkpoint/modelopt_config.h"
 
 namespace q38 {
 

@@ -4,7 +4,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "worker/model/checkpoint_generator.h"
+#include "tools/checkpoint/checkpoint_generator.h"
 
 ABSL_FLAG(std::string, out, "", "directory to write the checkpoint to");
 ABSL_FLAG(std::string, size, "tiny", "geometry: tiny (tests and demo) or release (Qwen3.8-Flash-Next shapes)");

@@ -1,7 +1,7 @@
 // QuantizeNvfp4 checked through the project's own dequantization (kernels/moe): every element
 // decodes to the nearest point of its block's grid, block scales and the global follow
 // ModelOpt's rule, values already on a grid come back exactly, and zero blocks stay zero.
-#include "worker/model/nvfp4_quantize.h"
+#include "tools/checkpoint/nvfp4_quantize.h"
 
 #include <cmath>
 #include <random>

@@ -1,7 +1,7 @@
 // The decision record on hand-made routings and selections: what it records, how a flip
 // reweights, how a run is steered onto a reference's decisions, and how two runs' decisions are
 // compared.
-#include "worker/model/decision_record.h"
+#include "tools/precision/decision_record.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "worker/model/checkpoint_quantizer.h"
+#include "tools/checkpoint/checkpoint_quantizer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,14 +7,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/config.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
-#include "common/atomic_file.h"
+#include "tools/checkpoint/modelopt_config.h"
+#include "tools/checkpoint/nvfp4_quantize.h"
 #include "worker/checkpoint/safetensors_writer.h"
 #include "worker/checkpoint/tensor_store.h"
-#include "worker/model/modelopt_config.h"
-#include "worker/model/nvfp4_quantize.h"
 
 namespace q38 {
 namespace {

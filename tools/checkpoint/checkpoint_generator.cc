@@ -1,4 +1,4 @@
-#include "worker/model/checkpoint_generator.h"
+#include "tools/checkpoint/checkpoint_generator.h"
 
 #include <cmath>
 #include <cstring>
@@ -6,12 +6,12 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/status.h"
 #include "kernels/ple/ple_hash.h"
 #include "nlohmann/json.hpp"
-#include "common/atomic_file.h"
+#include "tools/checkpoint/modelopt_config.h"
 #include "worker/checkpoint/safetensors_writer.h"
-#include "worker/model/modelopt_config.h"
 
 namespace q38 {
 namespace {
