@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/format.h"
+#include "proto/enum_names.h"
 #include "tokenizer/fixed_prompt.h"
 
 namespace q38::client {

@@ -20,6 +20,7 @@
 #include "common/atomic_file.h"
 #include "common/config.h"
 #include "google/protobuf/text_format.h"
+#include "proto/enum_names.h"
 #include "provenance/bundle.h"
 #include "tokenizer/fixed_prompt.h"
 

@@ -2,9 +2,6 @@
 
 #include <algorithm>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
-
 namespace q38::client {
 
 std::string Table::Render() const {
@@ -32,14 +29,6 @@ std::string Table::Render() const {
     }
   }
   return out;
-}
-
-std::string FinishReasonName(v1::FinishReason reason) {
-  std::string name = v1::FinishReason_Name(reason);
-  if (name.empty()) return std::to_string(static_cast<int>(reason));
-  constexpr absl::string_view kPrefix = "FINISH_REASON_";
-  if (absl::StartsWith(name, kPrefix)) name = name.substr(kPrefix.size());
-  return absl::AsciiStrToLower(name);
 }
 
 std::string DumpJson(const nlohmann::json& j, int indent) {

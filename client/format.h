@@ -22,9 +22,6 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
-// "length" for FINISH_REASON_LENGTH; "unspecified" for 0.
-std::string FinishReasonName(v1::FinishReason reason);
-
 // JSON text; invalid UTF-8 in strings is replaced rather than thrown on.
 std::string DumpJson(const nlohmann::json& j, int indent = 2);
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "proto/enum_names.h"
 #include "tokenizer/fixed_prompt.h"
 
 namespace q38 {
@@ -161,7 +162,7 @@ json Benchmark::RunJson(const BenchResult& r, int64_t input_tokens) const {
           {"output_sha256", HashIds(r.tokens)},
           {"output_tokens", n},
           {"text", plan_.tokenizer->Decode(r.tokens)},
-          {"finish_reason", r.finish_reason},
+          {"finish_reason", FinishReasonName(r.finish_reason)},
           {"metrics", metrics}};
 }
 
@@ -183,12 +184,12 @@ absl::Status Benchmark::RunHealth(const std::string& name, const std::vector<int
   json result = RunJson(r, static_cast<int64_t>(ids.size()));
   std::string answer = result["text"].get<std::string>();
   if (const size_t think = answer.rfind("</think>"); think != std::string::npos) answer = answer.substr(think + 8);
-  const bool natural = r.finish_reason == "eos";
+  const bool natural = r.finish_reason == v1::FINISH_REASON_EOS;
   const bool matched = std::regex_search(answer, std::regex(pattern));
   report_["health"].push_back({{"name", name}, {"input_tokens", ids.size()}, {"pattern", pattern},
                                {"passed", natural && matched}, {"result", result}});
   Step("health " + name);
-  if (!natural) return absl::FailedPreconditionError(absl::StrCat("health check ", name, " failed: finish reason ", r.finish_reason, ", not a natural EOS"));
+  if (!natural) return absl::FailedPreconditionError(absl::StrCat("health check ", name, " failed: finish reason ", FinishReasonName(r.finish_reason), ", not a natural EOS"));
   if (!matched) return absl::FailedPreconditionError(absl::StrCat("health check ", name, " failed: the answer does not match ", pattern));
   return absl::OkStatus();
 }
@@ -221,7 +222,7 @@ absl::Status Benchmark::RunCase(int64_t length) {
     Step(request.name);
     if (static_cast<int32_t>(r.tokens.size()) != max_tokens) {
       return absl::FailedPreconditionError(absl::StrCat(request.name, ": generated ", r.tokens.size(), " tokens (finish reason ",
-                                                        r.finish_reason, "), expected ", max_tokens, " with EOS ignored"));
+                                                        FinishReasonName(r.finish_reason), "), expected ", max_tokens, " with EOS ignored"));
     }
     if (std::optional<size_t> at = FirstDifference(warmup.tokens, r.tokens)) {
       return absl::FailedPreconditionError(absl::StrCat("token repeatability failed: ", request.name, ": token ", *at,

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "common/config.h"
 #include "nlohmann/json.hpp"
+#include "q38/v1/q38.pb.h"
 #include "server/contract.h"
 #include "tokenizer/tokenizer.h"
 
@@ -37,7 +38,7 @@ struct BenchRequest {
 // to the ranks), first and last token.
 struct BenchResult {
   std::vector<int32_t> tokens;
-  std::string finish_reason;  // eos, stop, length
+  v1::FinishReason finish_reason = v1::FINISH_REASON_UNSPECIFIED;  // EOS, STOP or LENGTH
   double queued_s = 0;        // received -> scheduled
   double prefill_s = 0;       // scheduled -> first token
   double decode_s = 0;        // first token -> last token

@@ -3,6 +3,7 @@
 // field; then the benchmark holds the scheduler (ordinary requests wait) and streams the whole
 // report after every step.
 #include "absl/strings/str_cat.h"
+#include "proto/enum_names.h"
 #include "proto/proto_json.h"
 #include "server/benchmark.h"
 #include "server/contract.h"
@@ -29,15 +30,25 @@ std::vector<BenchmarkCaseGauges> CaseGauges(const nlohmann::json& report) {
 
 }  // namespace
 
-void Q38Service::RunToCompletion(grpc::ServerContextBase* ctx, const std::shared_ptr<Job>& job) {
-  std::unique_lock<std::mutex> l(job->mu);
-  while (!job->cv.wait_for(l, std::chrono::milliseconds(20), [&] { return job->done; })) {
-    if (ctx->IsCancelled()) {
-      l.unlock();
-      scheduler_.Cancel(job, "client");
-      l.lock();
-    }
+void Q38Service::RunToCompletion(MessageWriter<v1::BenchmarkProgress>& writer, const std::shared_ptr<Job>& job) {
+  bool cancelled = false;  // guarded by job->mu
+  writer.OnCancelled([&] {
+    std::lock_guard<std::mutex> l(job->mu);
+    cancelled = true;
+    job->cv.notify_all();
+  });
+  bool left;
+  {
+    std::unique_lock<std::mutex> l(job->mu);
+    job->cv.wait(l, [&] { return job->done || cancelled; });
+    left = !job->done;
   }
+  writer.OnCancelled(nullptr);
+  if (!left) return;
+  // The client left: the job stops within a step, and the benchmark with it.
+  scheduler_.Cancel(job, worker::v1::CANCEL_REASON_CLIENT);
+  std::unique_lock<std::mutex> l(job->mu);
+  job->cv.wait(l, [&] { return job->done; });
 }
 
 grpc::Status Q38Service::DoBenchmark(grpc::ServerContextBase* ctx, const v1::BenchmarkRequest* req,
@@ -78,10 +89,12 @@ grpc::Status Q38Service::DoBenchmark(grpc::ServerContextBase* ctx, const v1::Ben
     if (!r.ignore_eos) job->stop_ids = job->eos_ids;
     job->received = Clock::now();
     if (absl::Status s = scheduler_.Submit(job); !s.ok()) return s;
-    RunToCompletion(ctx, job);
+    RunToCompletion(*writer, job);
     std::lock_guard<std::mutex> l(job->mu);
-    if (job->finish_reason == "error") return job->error;
-    if (job->finish_reason == "cancelled") return absl::CancelledError(absl::StrCat("cancelled by ", job->cancel_by));
+    if (job->finish_reason == v1::FINISH_REASON_ERROR) return job->error;
+    if (job->finish_reason == v1::FINISH_REASON_CANCELLED) {
+      return absl::CancelledError(absl::StrCat("cancelled by ", CancelReasonName(job->cancel_by)));
+    }
     BenchResult out;
     out.tokens.assign(job->tokens.begin(), job->tokens.end());
     out.finish_reason = job->finish_reason;

@@ -25,7 +25,7 @@ Contract TinyContract() { return *ParseContract(*ReadFile(std::string(Q38_CONTRA
 struct FakeGroup {
   std::vector<BenchRequest> seen;
   std::string health_answer = "<think>\nok\n</think>\n\nRESULT=437 and CEDAR-47|8261";
-  std::string health_finish = "eos";
+  v1::FinishReason health_finish = v1::FINISH_REASON_EOS;
   std::function<void(int call, std::vector<int32_t>&)> tamper;  // edits the tokens of call N
 
   absl::StatusOr<BenchResult> operator()(const BenchRequest& r) {
@@ -33,7 +33,7 @@ struct FakeGroup {
     BenchResult out;
     if (r.ignore_eos) {
       for (int i = 0; i < r.max_tokens; ++i) out.tokens.push_back(static_cast<int32_t>((r.prompt.size() * 31 + i * 7) % 1000));
-      out.finish_reason = "length";
+      out.finish_reason = v1::FINISH_REASON_LENGTH;
     } else {
       out.tokens = *Qwen3().Encode(health_answer);
       out.tokens.push_back(151645);  // <|im_end|>
@@ -195,7 +195,7 @@ TEST(Benchmark, AHealthCheckFailsWithoutNaturalEosOrWithTheWrongAnswer) {
   EXPECT_TRUE(wrong.bench->report()["cases"].empty());  // timing never ran
 
   Harness cut(WithHealth());
-  cut.group.health_finish = "length";
+  cut.group.health_finish = v1::FINISH_REASON_LENGTH;
   EXPECT_EQ(cut.bench->Run().message(), "health check arithmetic failed: finish reason length, not a natural EOS");
 }
 

@@ -1,18 +1,10 @@
 #include "server/generation.h"
 
 #include "absl/strings/str_cat.h"
+#include "proto/enum_names.h"
 
 namespace q38 {
 namespace {
-
-v1::FinishReason ToProto(const std::string& reason) {
-  if (reason == "eos") return v1::FINISH_REASON_EOS;
-  if (reason == "length") return v1::FINISH_REASON_LENGTH;
-  if (reason == "stop") return v1::FINISH_REASON_STOP;
-  if (reason == "cancelled") return v1::FINISH_REASON_CANCELLED;
-  if (reason == "deadline") return v1::FINISH_REASON_DEADLINE;
-  return v1::FINISH_REASON_ERROR;
-}
 
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
@@ -25,10 +17,17 @@ Generation::Generation(Scheduler& scheduler, Metrics& metrics, const Tokenizer* 
 }
 
 Generation::~Generation() {
-  if (!relayed_) scheduler_.Cancel(job_, "client");
+  if (!relayed_) scheduler_.Cancel(job_, worker::v1::CANCEL_REASON_CLIENT);
 }
 
-absl::Status Generation::Relay(const Write& write, const Cancelled& cancelled) {
+void Generation::Wake() {
+  std::lock_guard<std::mutex> l(job_->mu);
+  woken_ = true;
+  job_->cv.notify_all();
+}
+
+absl::Status Generation::Relay(const Write& write, const Cancelled& cancelled,
+                               std::optional<std::chrono::milliseconds> poll) {
   relayed_ = true;
   Job& job = *job_;
   bool stopped = false;
@@ -40,7 +39,10 @@ absl::Status Generation::Relay(const Write& write, const Cancelled& cancelled) {
     bool done;
     {
       std::unique_lock<std::mutex> l(job.mu);
-      job.cv.wait_for(l, std::chrono::milliseconds(20), [&] { return job.done || !job.tokens.empty(); });
+      const auto ready = [&] { return job.done || !job.tokens.empty() || woken_; };
+      if (poll) job.cv.wait_for(l, *poll, ready);
+      else job.cv.wait(l, ready);
+      woken_ = false;
       batch.assign(job.tokens.begin(), job.tokens.end());
       job.tokens.clear();
       logprobs.assign(job.logprobs.begin(), job.logprobs.end());
@@ -64,26 +66,30 @@ absl::Status Generation::Relay(const Write& write, const Cancelled& cancelled) {
         resp.set_text(std::move(d.text));
         if (d.stopped) {
           stopped = true;
-          scheduler_.Cancel(job_, "stop");
+          scheduler_.Cancel(job_, worker::v1::CANCEL_REASON_STOP_STRING);
         }
       }
-      if (!write(resp)) scheduler_.Cancel(job_, "client");
+      if (!write(resp)) scheduler_.Cancel(job_, worker::v1::CANCEL_REASON_CLIENT);
     }
     if (done) break;
-    if (const std::string by = cancelled(); !by.empty()) scheduler_.Cancel(job_, by);
+    if (const worker::v1::CancelReason by = cancelled(); by != worker::v1::CANCEL_REASON_UNSPECIFIED) {
+      scheduler_.Cancel(job_, by);
+    }
   }
   // The last message: finish reason, usage and timings.
   std::lock_guard<std::mutex> l(job.mu);
-  std::string reason = job.finish_reason;
-  if (reason == "cancelled" && job.cancel_by == "deadline") reason = "deadline";
-  if (stopped) reason = "stop";
-  if (reason == "error") {
+  v1::FinishReason reason = job.finish_reason;
+  if (reason == v1::FINISH_REASON_CANCELLED && job.cancel_by == worker::v1::CANCEL_REASON_DEADLINE) {
+    reason = v1::FINISH_REASON_DEADLINE;
+  }
+  if (stopped) reason = v1::FINISH_REASON_STOP;
+  if (reason == v1::FINISH_REASON_ERROR) {
     metrics_.Failed(absl::IsUnavailable(job.error) ? "worker_unavailable" : "internal");
     return job.error;
   }
   v1::GenerateResponse final_msg;
   if (text_) final_msg.set_text(text_->Finish());
-  final_msg.set_finish_reason(ToProto(reason));
+  final_msg.set_finish_reason(reason);
   final_msg.mutable_usage()->set_prompt_tokens(prompt_tokens());
   final_msg.mutable_usage()->set_completion_tokens(sent);
   v1::Timings* t = final_msg.mutable_timings();
@@ -101,13 +107,16 @@ absl::Status Generation::Relay(const Write& write, const Cancelled& cancelled) {
     metrics_.ObserveDecode(t->decode());
     if (job.generated > 1) metrics_.ObserveTpot(t->tpot());
   }
-  if (reason == "cancelled" || reason == "deadline") {
-    metrics_.Cancelled(reason == "deadline" ? "deadline" : job.cancel_by);
-    if (job.cancel_by == "drain") return absl::CancelledError("server shutting down: drain deadline passed");
-    if (reason == "deadline") return absl::DeadlineExceededError("deadline exceeded");
+  if (reason == v1::FINISH_REASON_DEADLINE) {
+    metrics_.Cancelled(CancelReasonName(worker::v1::CANCEL_REASON_DEADLINE));
+    return absl::DeadlineExceededError("deadline exceeded");
+  }
+  if (reason == v1::FINISH_REASON_CANCELLED) {
+    metrics_.Cancelled(CancelReasonName(job.cancel_by));
+    if (job.cancel_by == worker::v1::CANCEL_REASON_DRAIN) return absl::CancelledError("server shutting down: drain deadline passed");
     return absl::CancelledError("cancelled");
   }
-  metrics_.Finished(reason);
+  metrics_.Finished(FinishReasonName(reason));
   write(final_msg);
   return absl::OkStatus();
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -26,8 +27,9 @@ class Generation {
  public:
   // Each message to the client: false when the client is gone (the job is cancelled).
   using Write = std::function<bool(const v1::GenerateResponse&)>;
-  // Polled between messages (every 20 ms at most): "client" or "deadline" to cancel, else empty.
-  using Cancelled = std::function<std::string()>;
+  // Asked after each wake-up (tokens, the end, Wake, or `poll` passing): why to cancel, or
+  // CANCEL_REASON_UNSPECIFIED to go on.
+  using Cancelled = std::function<worker::v1::CancelReason()>;
 
   Generation(Scheduler& scheduler, Metrics& metrics, const Tokenizer* tokenizer, std::vector<std::string> stop,
              std::shared_ptr<Job> job);
@@ -39,7 +41,12 @@ class Generation {
   // their log probabilities when asked) and, when the job finishes, a last message with the
   // finish reason, usage and timings. A cancel ends it with CANCELLED (client, drain) or
   // DEADLINE_EXCEEDED; a failed group with its UNAVAILABLE or INTERNAL.
-  absl::Status Relay(const Write& write, const Cancelled& cancelled);
+  // A front door whose cancels arrive as events (gRPC's OnCancel) calls Wake and waits without a
+  // `poll`; one that must look (an HTTP peer's socket) gives how often.
+  absl::Status Relay(const Write& write, const Cancelled& cancelled,
+                     std::optional<std::chrono::milliseconds> poll = std::nullopt);
+  // Makes Relay ask `cancelled` now; any thread may call it.
+  void Wake();
 
   int32_t prompt_tokens() const { return static_cast<int32_t>(job_->prompt.size()); }
 
@@ -49,6 +56,7 @@ class Generation {
   std::optional<TextStream> text_;
   std::shared_ptr<Job> job_;
   bool relayed_ = false;
+  bool woken_ = false;  // guarded by job_->mu
 };
 
 class Generations {

@@ -21,6 +21,10 @@ class MessageWriter {
   virtual ~MessageWriter() = default;
   // False once the stream is broken (the client went away).
   virtual bool Write(const T& message) = 0;
+  // `hook` runs once when the call is cancelled (the client cancelled, left or ran past its
+  // deadline), at once if it already was; on gRPC's thread, so it must not block. An empty hook
+  // unregisters it: once this returns, the previous one has finished and will not run.
+  virtual void OnCancelled(std::function<void()> hook) = 0;
 };
 
 // INVALID_ARGUMENT naming the message type when `raw` does not decode.
@@ -61,6 +65,18 @@ class ThreadedStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, 
     return write_ok_;
   }
 
+  void OnCancelled(std::function<void()> hook) override {
+    std::lock_guard<std::mutex> l(cancel_mu_);
+    cancel_hook_ = std::move(hook);
+    if (cancelled_ && cancel_hook_) cancel_hook_();
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> l(cancel_mu_);
+    cancelled_ = true;
+    if (cancel_hook_) cancel_hook_();
+  }
+
   void OnWriteDone(bool ok) override {
     std::lock_guard<std::mutex> l(mu_);
     writing_ = false;
@@ -84,6 +100,9 @@ class ThreadedStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, 
   std::mutex mu_;
   std::condition_variable cv_;
   bool writing_ = false, write_ok_ = false;
+  std::mutex cancel_mu_;
+  std::function<void()> cancel_hook_;
+  bool cancelled_ = false;
 };
 
 // A unary call: parsed here, answered inline.

@@ -61,7 +61,7 @@ void Scheduler::EndBenchmark() {
   cv_.notify_all();
 }
 
-void Scheduler::Finish(Job& job, const std::string& reason, absl::Status error) {
+void Scheduler::Finish(Job& job, v1::FinishReason reason, absl::Status error) {
   std::lock_guard<std::mutex> l(job.mu);
   if (job.done) return;
   job.done = true;
@@ -71,7 +71,7 @@ void Scheduler::Finish(Job& job, const std::string& reason, absl::Status error) 
   job.cv.notify_all();
 }
 
-void Scheduler::Cancel(const std::shared_ptr<Job>& job, const std::string& by) {
+void Scheduler::Cancel(const std::shared_ptr<Job>& job, worker::v1::CancelReason by) {
   {
     std::lock_guard<std::mutex> l(job->mu);
     if (job->done || job->cancel_requested) return;
@@ -89,18 +89,22 @@ void Scheduler::Cancel(const std::shared_ptr<Job>& job, const std::string& by) {
     }
   }
   if (!was_running) {
-    Finish(*job, "cancelled");
+    Finish(*job, v1::FINISH_REASON_CANCELLED);
     return;
   }
   SendCancel(*job);  // and RunOne sends it again until the job ends
 }
 
-void Scheduler::SendCancel(const Job& job) {
+void Scheduler::SendCancel(Job& job) {
   // Rank 0 decides; it stops every rank in-band at the next step or prefill block.
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(250));
   worker::v1::CancelRequest req;
   req.set_request_id(job.id);
+  {
+    std::lock_guard<std::mutex> l(job.mu);
+    req.set_reason(job.cancel_by);
+  }
   worker::v1::CancelResponse resp;
   supervisor_.stub(0).Cancel(&ctx, req, &resp);
 }
@@ -112,7 +116,7 @@ void Scheduler::FailRunning(const std::string& why) {
     job = running_;
   }
   if (job) {
-    Finish(*job, "error", absl::UnavailableError(absl::StrCat("a worker failed during this request (", why,
+    Finish(*job, v1::FINISH_REASON_ERROR, absl::UnavailableError(absl::StrCat("a worker failed during this request (", why,
                                                               "); the request is lost: send it again")));
   }
 }
@@ -141,7 +145,7 @@ void Scheduler::FailQueued(const absl::Status& error) {
     metrics_.SetWaiting(0);
   }
   cv_.notify_all();
-  for (auto& j : jobs) Finish(*j, "error", error);
+  for (auto& j : jobs) Finish(*j, v1::FINISH_REASON_ERROR, error);
 }
 
 bool Scheduler::draining() const {
@@ -160,7 +164,7 @@ bool Scheduler::Drain(Clock::time_point deadline) {
   return cv_.wait_until(l, deadline, [&] { return queue_.empty() && benchmark_queue_.empty() && running_ == nullptr; });
 }
 
-void Scheduler::CancelAll(const std::string& by) {
+void Scheduler::CancelAll(worker::v1::CancelReason by) {
   std::vector<std::shared_ptr<Job>> jobs;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -200,7 +204,7 @@ void Scheduler::Loop() {
       RunOne(job);
     } catch (const std::exception& e) {  // the job fails; the scheduler goes on
       LOG(ERROR) << "request " << job->id << ": " << e.what();
-      Finish(*job, "error", absl::InternalError(absl::StrCat("internal error running the request: ", e.what())));
+      Finish(*job, v1::FINISH_REASON_ERROR, absl::InternalError(absl::StrCat("internal error running the request: ", e.what())));
     }
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -213,7 +217,7 @@ void Scheduler::Loop() {
 
 void Scheduler::GroupFailed(Job& job, const std::string& client_message, const std::string& why, int generation) {
   LOG(ERROR) << "request " << job.id << ": " << why;
-  Finish(job, "error", absl::UnavailableError(client_message));
+  Finish(job, v1::FINISH_REASON_ERROR, absl::UnavailableError(client_message));
   Pause();
   if (options_.on_group_failure) options_.on_group_failure(why, generation);
 }
@@ -240,7 +244,7 @@ void Scheduler::RunOne(const std::shared_ptr<Job>& job) {
   std::mutex watch_mu;
   std::condition_variable watch_cv;
   std::vector<Watch> watch(tp, Watch{0, Clock::now(), false});
-  std::string finish_reason;
+  v1::FinishReason finish_reason = v1::FINISH_REASON_UNSPECIFIED;
   std::vector<std::thread> readers;
   for (int r = 0; r < tp; ++r) {
     contexts[r] = std::make_unique<grpc::ClientContext>();
@@ -318,7 +322,7 @@ void Scheduler::RunOne(const std::shared_ptr<Job>& job) {
     if (statuses[r].ok()) continue;
     LOG(ERROR) << "request " << job->id << ": rank " << r << " failed: " << statuses[r].error_message();
     if (statuses[r].error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
-      Finish(*job, "error", absl::InvalidArgumentError(statuses[r].error_message()));
+      Finish(*job, v1::FINISH_REASON_ERROR, absl::InvalidArgumentError(statuses[r].error_message()));
       return;
     }
     // The detail (sockets, ports, library sources) stays in the log; the client gets what it can act on.
@@ -326,8 +330,11 @@ void Scheduler::RunOne(const std::shared_ptr<Job>& job) {
                 absl::StrCat("rank ", r, " failed: ", statuses[r].error_message()), generation);
     return;
   }
-  Finish(*job, finish_reason.empty() ? "error" : finish_reason,
-         finish_reason.empty() ? absl::InternalError("rank 0 ended without a finish reason") : absl::OkStatus());
+  if (finish_reason == v1::FINISH_REASON_UNSPECIFIED) {
+    Finish(*job, v1::FINISH_REASON_ERROR, absl::InternalError("rank 0 ended without a finish reason"));
+    return;
+  }
+  Finish(*job, finish_reason);
 }
 
 }  // namespace q38

@@ -42,9 +42,9 @@ struct Job {
   std::deque<int32_t> tokens;      // produced, not yet taken by the handler
   std::deque<v1::TokenLogprob> logprobs;  // theirs, when asked
   bool done = false;
-  std::string finish_reason;       // eos, stop, length, cancelled, error
-  absl::Status error;              // set when finish_reason is error
-  std::string cancel_by;           // client, deadline, drain, stop (a stop string matched)
+  v1::FinishReason finish_reason = v1::FINISH_REASON_UNSPECIFIED;  // EOS, STOP, LENGTH, CANCELLED, ERROR
+  absl::Status error;                                              // set when finish_reason is ERROR
+  worker::v1::CancelReason cancel_by = worker::v1::CANCEL_REASON_UNSPECIFIED;
   bool cancel_requested = false;
   Clock::time_point received, scheduled, first_token, last_token, finished;
   int32_t generated = 0;
@@ -88,7 +88,7 @@ class Scheduler {
   absl::StatusOr<BenchmarkHold> BeginBenchmark();
   // Stops the job at the next step or prefill block (running; the cancel is sent again until the
   // job ends, so a stalled rank gets it when it resumes) or drops it from the queue (waiting).
-  void Cancel(const std::shared_ptr<Job>& job, const std::string& by);
+  void Cancel(const std::shared_ptr<Job>& job, worker::v1::CancelReason by);
   // A worker died: the running job fails with UNAVAILABLE now, not when its collectives time out.
   void FailRunning(const std::string& why);
   // While paused no job starts; queued jobs wait (the group is restarting).
@@ -100,7 +100,7 @@ class Scheduler {
   bool Drain(Clock::time_point deadline);
   bool draining() const;
   // Cancels everything still queued or running (after a drain deadline).
-  void CancelAll(const std::string& by);
+  void CancelAll(worker::v1::CancelReason by);
   void SetAvailable(bool up);
   int waiting() const;
   int running() const;
@@ -112,10 +112,10 @@ class Scheduler {
   void Loop();
   void RunOne(const std::shared_ptr<Job>& job);
   // Rank 0 is asked to stop `job` (one try, bounded by a short deadline).
-  void SendCancel(const Job& job);
+  void SendCancel(Job& job);
   // RunOne's failure path: fails the job, pauses admission to the group and reports the failure.
   void GroupFailed(Job& job, const std::string& client_message, const std::string& why, int generation);
-  static void Finish(Job& job, const std::string& reason, absl::Status error = absl::OkStatus());
+  static void Finish(Job& job, v1::FinishReason reason, absl::Status error = absl::OkStatus());
 
   Supervisor& supervisor_;
   Metrics& metrics_;

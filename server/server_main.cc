@@ -495,7 +495,7 @@ int Run() {
   const auto deadline = Clock::now() + std::chrono::seconds(absl::GetFlag(FLAGS_drain_timeout_s));
   if (!scheduler.Drain(deadline)) {
     LOG(WARNING) << "drain deadline passed; cancelling what remains";
-    scheduler.CancelAll("drain");
+    scheduler.CancelAll(worker::v1::CANCEL_REASON_DRAIN);
     scheduler.Drain(Clock::now() + std::chrono::seconds(5));
   }
   supervisor.Stop(absl::Seconds(5));

@@ -75,12 +75,18 @@ grpc::Status Q38Service::DoGenerate(grpc::ServerContextBase* ctx, const v1::Gene
   absl::StatusOr<std::unique_ptr<Generation>> generation = generations_.Admit(*req);
   if (!generation.ok()) return ToGrpc(generation.status());
   const bool has_deadline = ctx->deadline() != std::chrono::system_clock::time_point::max();
-  // A client cancel, a deadline or a stop string stops the job within one step.
-  auto cancelled = [&]() -> std::string {
-    if (!ctx->IsCancelled()) return "";
-    return has_deadline && std::chrono::system_clock::now() >= ctx->deadline() ? "deadline" : "client";
+  // A client cancel or a deadline wakes the relay at once (gRPC's OnCancel); the job stops within
+  // one step.
+  auto cancelled = [&] {
+    if (!ctx->IsCancelled()) return worker::v1::CANCEL_REASON_UNSPECIFIED;
+    return has_deadline && std::chrono::system_clock::now() >= ctx->deadline() ? worker::v1::CANCEL_REASON_DEADLINE
+                                                                                : worker::v1::CANCEL_REASON_CLIENT;
   };
-  return ToGrpc((*generation)->Relay([&](const v1::GenerateResponse& r) { return writer->Write(r); }, cancelled));
+  Generation& g = **generation;
+  writer->OnCancelled([&g] { g.Wake(); });
+  const absl::Status relayed = g.Relay([&](const v1::GenerateResponse& r) { return writer->Write(r); }, cancelled);
+  writer->OnCancelled(nullptr);
+  return ToGrpc(relayed);
 }
 
 grpc::ServerUnaryReactor* AdminService::Drain(grpc::CallbackServerContext* call, const grpc::ByteBuffer* raw,

@@ -43,7 +43,7 @@ class Q38Service final : public Q38RawService {
   grpc::Status DoBenchmark(grpc::ServerContextBase* ctx, const v1::BenchmarkRequest* req,
                            MessageWriter<v1::BenchmarkProgress>* writer);
   // Submits `job` and waits for it, cancelling it when the client goes away.
-  void RunToCompletion(grpc::ServerContextBase* ctx, const std::shared_ptr<Job>& job);
+  void RunToCompletion(MessageWriter<v1::BenchmarkProgress>& writer, const std::shared_ptr<Job>& job);
   v1::Manifest manifest();
 
   Scheduler& scheduler_;

@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/enum_names.h"
 #include "q38/worker/v1/worker.grpc.pb.h"
 #include "worker/engine/engine.h"
 #include "worker/rank_device.h"
@@ -197,7 +198,9 @@ class WorkerService final : public wv1::Worker::Service {
   }
 
   grpc::Status Cancel(grpc::ServerContext*, const wv1::CancelRequest* req, wv1::CancelResponse*) override {
-    if (req->request_id() != 0 && req->request_id() == current_.load()) cancel_.store(true);
+    if (req->request_id() != 0 && req->request_id() == current_.load() && !cancel_.exchange(true)) {
+      LOG(INFO) << "rank " << rank_ << ": request " << req->request_id() << " cancelled (" << CancelReasonName(req->reason()) << ")";
+    }
     return grpc::Status::OK;
   }
 

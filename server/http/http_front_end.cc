@@ -15,6 +15,8 @@
 namespace q38::http {
 namespace {
 
+constexpr std::chrono::milliseconds kPeerPoll{20};
+
 using nlohmann::json;
 
 int64_t UnixSeconds() {
@@ -219,10 +221,11 @@ void HttpFrontEnd::Complete(const httplib::Request& req, httplib::Response& res,
   auto builder = std::make_shared<ResponseBuilder>(*parsed, id, options_.served_model, UnixSeconds(), info_.tokenizer);
   // A client that hangs up cancels its request within a step, however long it has been silent.
   const PeerSocket peer = PeerSocket::Find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-  auto gone = [peer]() -> std::string { return peer.Closed() ? "client" : ""; };
+  // The socket is looked at every kPeerPoll: HTTP has no cancel event to wait for.
+  auto gone = [peer] { return peer.Closed() ? worker::v1::CANCEL_REASON_CLIENT : worker::v1::CANCEL_REASON_UNSPECIFIED; };
 
   if (!parsed->stream) {
-    const absl::Status s = (*admitted)->Relay([&](const v1::GenerateResponse& m) { builder->Add(m); return true; }, gone);
+    const absl::Status s = (*admitted)->Relay([&](const v1::GenerateResponse& m) { builder->Add(m); return true; }, gone, kPeerPoll);
     if (!s.ok()) return ReplyError(res, s, endpoint);
     return Reply(res, 200, builder->Body());
   }
@@ -244,7 +247,7 @@ void HttpFrontEnd::Complete(const httplib::Request& req, httplib::Response& res,
           const json chunk = builder->Chunk(m);
           return chunk.is_null() ? open : data(chunk);
         },
-        gone);
+        gone, kPeerPoll);
     if (!s.ok()) {
       data(StatusBody(s, endpoint));
     } else if (include_usage) {

@@ -91,7 +91,7 @@ absl::StatusOr<RunResult> Engine::Run(const RunSpec& spec, const Emit& emit, con
     const size_t end = std::min(spec.prompt.size(), begin + static_cast<size_t>(spec.prefill_chunk));
     absl::StatusOr<Buffer> out = model_.Forward({spec.prompt.begin() + begin, spec.prompt.begin() + end}, state_, 1, between_blocks);
     if (absl::IsCancelled(out.status())) {
-      result.finish_reason = "cancelled";
+      result.finish_reason = v1::FINISH_REASON_CANCELLED;
       return result;
     }
     ASSIGN_OR_RETURN(local, std::move(out));
@@ -107,13 +107,15 @@ absl::StatusOr<RunResult> Engine::Run(const RunSpec& spec, const Emit& emit, con
     }
     RETURN_IF_ERROR(comm.Broadcast(&d, sizeof(d), 0));
     if (d.step == Step::kCancelled) {
-      result.finish_reason = "cancelled";
+      result.finish_reason = v1::FINISH_REASON_CANCELLED;
       return result;
     }
     if (leader) emit(d.token, logprobs);
     ++result.generated;
     if (d.step == Step::kFinished) {
-      result.finish_reason = spec.eos_ids.count(d.token) ? "eos" : spec.stop_ids.count(d.token) ? "stop" : "length";
+      result.finish_reason = spec.eos_ids.count(d.token)    ? v1::FINISH_REASON_EOS
+                             : spec.stop_ids.count(d.token) ? v1::FINISH_REASON_STOP
+                                                            : v1::FINISH_REASON_LENGTH;
       return result;
     }
     ASSIGN_OR_RETURN(local, model_.Forward({d.token}, state_));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "q38/v1/q38.pb.h"
 #include "worker/model/qwen4_exp.h"
 #include "worker/sampling/sampler.h"
 
@@ -38,7 +39,7 @@ struct TokenLogprobs {
 };
 
 struct RunResult {
-  std::string finish_reason;  // eos, stop, length, cancelled
+  v1::FinishReason finish_reason = v1::FINISH_REASON_UNSPECIFIED;  // EOS, STOP, LENGTH or CANCELLED
   int32_t generated = 0;
   double prefill_seconds = 0;
 };
