@@ -69,7 +69,11 @@ absl::Status Generation::Relay(const Write& write, const Cancelled& cancelled,
           scheduler_.Cancel(job_, worker::v1::CANCEL_REASON_STOP_STRING);
         }
       }
-      if (!write(resp)) scheduler_.Cancel(job_, worker::v1::CANCEL_REASON_CLIENT);
+      // A write fails once the call is gone; why it went (a deadline, say) is the cancel's reason.
+      if (!write(resp)) {
+        const worker::v1::CancelReason by = cancelled();
+        scheduler_.Cancel(job_, by != worker::v1::CANCEL_REASON_UNSPECIFIED ? by : worker::v1::CANCEL_REASON_CLIENT);
+      }
     }
     if (done) break;
     if (const worker::v1::CancelReason by = cancelled(); by != worker::v1::CANCEL_REASON_UNSPECIFIED) {

@@ -77,14 +77,22 @@ grpc::Status Q38Service::DoGenerate(grpc::ServerContextBase* ctx, const v1::Gene
   const bool has_deadline = ctx->deadline() != std::chrono::system_clock::time_point::max();
   // A client cancel or a deadline wakes the relay at once (gRPC's OnCancel); the job stops within
   // one step.
+  // A write can fail on a call that gRPC has not yet marked cancelled; either way the call is gone.
+  // The server's copy of the deadline is the client's plus the request's transit time, so the
+  // client's own timer ends the call a little before it: a call gone that close to its deadline
+  // went for the deadline.
+  bool write_failed = false;
+  auto write = [&](const v1::GenerateResponse& r) { return write_failed = !writer->Write(r), !write_failed; };
   auto cancelled = [&] {
-    if (!ctx->IsCancelled()) return worker::v1::CANCEL_REASON_UNSPECIFIED;
-    return has_deadline && std::chrono::system_clock::now() >= ctx->deadline() ? worker::v1::CANCEL_REASON_DEADLINE
-                                                                                : worker::v1::CANCEL_REASON_CLIENT;
+    if (!write_failed && !ctx->IsCancelled()) return worker::v1::CANCEL_REASON_UNSPECIFIED;
+    constexpr auto kTransitSlack = std::chrono::milliseconds(100);
+    return has_deadline && std::chrono::system_clock::now() + kTransitSlack >= ctx->deadline()
+               ? worker::v1::CANCEL_REASON_DEADLINE
+               : worker::v1::CANCEL_REASON_CLIENT;
   };
   Generation& g = **generation;
   writer->OnCancelled([&g] { g.Wake(); });
-  const absl::Status relayed = g.Relay([&](const v1::GenerateResponse& r) { return writer->Write(r); }, cancelled);
+  const absl::Status relayed = g.Relay(write, cancelled);
   writer->OnCancelled(nullptr);
   return ToGrpc(relayed);
 }
