@@ -4,14 +4,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
+#include "common/splitmix64.h"
 #include "common/status.h"
-#include "kernels/ple/ple_hash.h"
 #include "nlohmann/json.hpp"
 #include "tools/checkpoint/modelopt_config.h"
 #include "worker/checkpoint/safetensors_writer.h"
+#include "worker/model/tensor_schema.h"
 
 namespace q38 {
 namespace {
@@ -31,167 +33,78 @@ class Stream {
   uint64_t state_;
 };
 
-class Builder {
- public:
-  explicit Builder(uint64_t seed) : seed_(seed) {}
+int64_t Numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
 
-  // BF16 values uniform in center ± spread.
-  void Bf16(const std::string& name, std::vector<int64_t> shape, float spread, float center = 0.0f) {
-    Stream s(seed_, name);
-    std::vector<float> values(Numel(shape));
-    for (float& v : values) v = center + s.Symmetric(spread);
-    Bf16Values(name, std::move(shape), values);
-  }
-  void Bf16Values(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& values) {
-    std::vector<uint8_t> bytes(2 * values.size());
-    for (size_t i = 0; i < values.size(); ++i) {
+// Floating-point values in the spec's first dtype.
+std::vector<uint8_t> Encode(DType dtype, const std::vector<float>& values) {
+  std::vector<uint8_t> bytes(DTypeSize(dtype) * values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::kBF16) {
       const uint16_t v = FloatToBf16(values[i]);
       std::memcpy(&bytes[2 * i], &v, 2);
+    } else {
+      std::memcpy(&bytes[4 * i], &values[i], 4);
     }
-    Add(name, DType::kBF16, std::move(shape), std::move(bytes));
   }
-  static int64_t Numel(const std::vector<int64_t>& shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
-  uint64_t seed() const { return seed_; }
-  // A weight of fan-in K: spread 1/sqrt(K) keeps activations of order one.
-  void Linear(const std::string& name, int64_t out, int64_t in, float gain = 1.0f) {
-    Bf16(name, {out, in}, gain * std::sqrt(3.0f / static_cast<float>(in)));
-  }
-  void F32Scalar(const std::string& name, float v, bool as_vector) {
-    std::vector<uint8_t> bytes(4);
-    std::memcpy(bytes.data(), &v, 4);
-    Add(name, DType::kF32, as_vector ? std::vector<int64_t>{1} : std::vector<int64_t>{}, std::move(bytes));
-  }
-  void I64(const std::string& name, const std::vector<int64_t>& values) {
-    std::vector<uint8_t> bytes(8 * values.size());
-    std::memcpy(bytes.data(), values.data(), bytes.size());
-    Add(name, DType::kI64, {static_cast<int64_t>(values.size())}, std::move(bytes));
-  }
-  // ModelOpt NVFP4 [N, K]: random E2M1 codes, E4M3 block scales near 1, and a global chosen so
-  // the dequantized weight has a spread of about 1/sqrt(K).
-  void Nvfp4(const std::string& p, int64_t N, int64_t K) {
-    Stream s(seed_, p);
-    std::vector<uint8_t> codes(N * K / 2), scales(N * K / 16);
-    for (auto& b : codes) b = static_cast<uint8_t>(s.Next() & 0xFF);
-    for (auto& b : scales) b = FloatToE4m3(0.5f + 1.5f * s.Uniform());
-    Add(p + "weight", DType::kU8, {N, K / 2}, std::move(codes));
-    Add(p + "weight_scale", DType::kF8E4M3, {N, K / 16}, std::move(scales));
-    F32Scalar(p + "weight_scale_2", 1.0f / (3.5f * std::sqrt(static_cast<float>(K))), false);
-    F32Scalar(p + "input_scale", 1.0f / (6.0f * 448.0f), false);
-  }
-  void Add(const std::string& name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
-    tensors_.push_back({name, dtype, std::move(shape), std::move(bytes)});
-  }
-  std::vector<TensorData> Take() { return std::move(tensors_); }
-
- private:
-  uint64_t seed_;
-  std::vector<TensorData> tensors_;
-};
-
-void AddHc(Builder& b, const ModelConfig& c, const std::string& p, bool inject) {
-  const int64_t W = c.hc_width(), R = c.hc_lowrank;
-  b.Bf16(p + "hc_norm.weight", {W}, 0.1f);
-  b.Linear(p + "input_mix_weight_down.weight", R, W);
-  b.Linear(p + "input_mix_weight_up.weight", W, R);
-  if (inject) b.Linear(p + "block_inject_weight.weight", c.hc_count, W);
+  return bytes;
 }
 
-void AddGdn(Builder& b, const ModelConfig& c, const std::string& p) {
-  const int64_t H = c.hidden_size, C = c.gdn_conv_channels(), Dv = c.gdn_v_width(), Hv = c.gdn_value_heads;
-  b.Linear(p + "in_proj_qkv.weight", C, H);
-  b.Linear(p + "in_proj_z.weight", Dv, H);
-  b.Linear(p + "in_proj_b.weight", Hv, H);
-  b.Linear(p + "in_proj_a.weight", Hv, H);
-  b.Bf16(p + "conv1d.weight", {C, 1, c.conv_kernel}, 0.5f);
-  b.Bf16(p + "dt_bias", {Hv}, 0.5f);
-  b.Bf16(p + "A_log", {Hv}, 1.0f, 0.5f);  // decay rates e^{A_log} between 0.6 and 4.5
-  b.Bf16(p + "norm.weight", {c.gdn_value_dim}, 0.1f, 1.0f);
-  b.Linear(p + "out_proj.weight", H, Dv);
-}
-
-void AddAttention(Builder& b, const ModelConfig& c, const std::string& p) {
-  const int64_t H = c.hidden_size, dh = c.head_dim, di = c.indexer_head_dim;
-  b.Linear(p + "q_proj.weight", int64_t{c.num_heads} * 2 * dh, H);
-  b.Linear(p + "k_proj.weight", int64_t{c.num_kv_heads} * dh, H);
-  b.Linear(p + "v_proj.weight", int64_t{c.num_kv_heads} * dh, H);
-  b.Linear(p + "o_proj.weight", H, int64_t{c.num_heads} * dh);
-  b.Bf16(p + "q_norm.weight", {dh}, 0.1f);
-  b.Bf16(p + "k_norm.weight", {dh}, 0.1f);
-  // Each indexer query head is the key projection plus noise, so scores are mostly positive as in
-  // a trained indexer: random ones leave many blocks at relu(·) = 0, whose top-k ties any
-  // implementation may break its own way (docs/model.md §16.2).
-  const float spread = std::sqrt(3.0f / static_cast<float>(H));
-  Stream s(b.seed(), p + "indexer.index_qk_proj.weight");
-  std::vector<float> key(di * H), qk;
-  for (float& v : key) v = s.Symmetric(spread);
-  for (int h = 0; h < c.indexer_heads; ++h) {
-    for (float k : key) qk.push_back(k + 0.5f * s.Symmetric(spread));
-  }
-  qk.insert(qk.end(), key.begin(), key.end());
-  b.Bf16Values(p + "indexer.index_qk_proj.weight", {(c.indexer_heads + 1) * di, H}, qk);
-  b.Bf16(p + "indexer.q_layernorm.weight", {di}, 0.1f);
-  b.Bf16(p + "indexer.k_layernorm.weight", {di}, 0.1f);
-}
-
-void AddMoe(Builder& b, const ModelConfig& c, const std::string& p, bool nvfp4) {
-  const int64_t H = c.hidden_size, I = c.moe_intermediate, Is = c.shared_intermediate, E = c.num_experts;
-  b.Linear(p + "gate.weight", E, H, 4.0f);  // a sharper router than uniform, as trained ones are
-  b.Linear(p + "shared_expert_gate.weight", 1, H);
-  b.Linear(p + "shared_expert.gate_proj.weight", Is, H);
-  b.Linear(p + "shared_expert.up_proj.weight", Is, H);
-  b.Linear(p + "shared_expert.down_proj.weight", H, Is);
-  if (!nvfp4) {
-    b.Bf16(p + "experts.gate_up_proj", {E, 2 * I, H}, std::sqrt(3.0f / H));
-    b.Bf16(p + "experts.down_proj", {E, H, I}, std::sqrt(3.0f / I));
-    return;
-  }
-  for (int64_t e = 0; e < E; ++e) {
-    const std::string ep = absl::StrCat(p, "experts.", e, ".");
-    b.Nvfp4(ep + "gate_proj.", I, H);
-    b.Nvfp4(ep + "up_proj.", I, H);
-    b.Nvfp4(ep + "down_proj.", H, I);
-  }
-}
-
-void AddPle(Builder& b, const ModelConfig& c, const std::string& p, bool fp8, uint64_t seed) {
-  const int64_t W = c.hc_width(), H = c.hidden_size, D = c.ple_embed_dim;
-  b.Linear(p + "key_proj.weight", W, D);
-  b.Linear(p + "value_proj.weight", H, D);
-  b.Bf16(p + "norm_key.weight", {W}, 0.1f);
-  b.Bf16(p + "norm_query.weight", {W}, 0.1f);
-  b.Bf16(p + "norm_conv.weight", {W}, 0.1f);
-  b.Bf16(p + "conv1d.weight", {W, 1, c.ple_conv_kernel}, 0.5f);
-  const PleHash hash = PleHash::Derive({c.vocab_size, c.ngram_size, c.heads_per_ngram, c.ngram_vocab_size_base,
-                                        c.ngram_vocab_divisor, c.seed, 0});
-  const std::string e = p + "ple_embedding.";
-  b.I64(e + "layer_multipliers", hash.multipliers);
-  b.I64(e + "ngram_heads_vocab_sizes", hash.head_sizes);
-  b.I64(e + "ngram_heads_offsets", hash.head_offsets);
-  const int64_t rows = hash.table_rows / c.split_ngram_parts, dp = c.ple_row_width();
-  for (int s = 0; s < c.split_ngram_parts; ++s) {
-    const std::string name = absl::StrCat(e, "ngram_embedding.shard_", s, ".weight");
-    if (!fp8) {
-      b.Bf16(name, {rows, dp}, 1.0f);
-      continue;
+// The bytes of one tensor as the schema says to draw them. An NVFP4 projection's codes and its
+// block scales come from one stream, named for the projection: `nvfp4` carries it from the one
+// to the other, which the schema lists next.
+std::vector<uint8_t> DrawBytes(const TensorSpec& t, uint64_t seed, std::optional<Stream>& nvfp4) {
+  const DType dtype = t.dtypes.front();
+  const int64_t n = Numel(t.shape);
+  switch (t.draw) {
+    case Draw::kUniform: {
+      Stream s(seed, t.name);
+      std::vector<float> values(n);
+      for (float& v : values) v = t.center + s.Symmetric(t.spread);
+      return Encode(dtype, values);
     }
-    Stream st(seed, name);
-    std::vector<uint8_t> bytes(rows * dp);
-    for (auto& v : bytes) {
-      v = static_cast<uint8_t>(st.Next() & 0xFF);
-      if ((v & 0x7F) == 0x7F) v ^= 1;  // E4M3 has no infinities; 0x7F and 0xFF are NaN
+    case Draw::kIndexerQk: {
+      Stream s(seed, t.name);
+      std::vector<float> key(t.head_rows * t.shape[1]), qk;
+      for (float& v : key) v = s.Symmetric(t.spread);
+      for (int64_t h = 0; h + 1 < t.shape[0] / t.head_rows; ++h) {
+        for (float k : key) qk.push_back(k + 0.5f * s.Symmetric(t.spread));
+      }
+      qk.insert(qk.end(), key.begin(), key.end());
+      return Encode(dtype, qk);
     }
-    b.Add(name, DType::kF8E4M3, {rows, dp}, std::move(bytes));
+    case Draw::kNvfp4Codes: {
+      nvfp4.emplace(seed, t.name.substr(0, t.name.size() - std::string("weight").size()));
+      std::vector<uint8_t> codes(n);
+      for (auto& b : codes) b = static_cast<uint8_t>(nvfp4->Next() & 0xFF);
+      return codes;
+    }
+    case Draw::kNvfp4Scales: {
+      std::vector<uint8_t> scales(n);
+      for (auto& b : scales) b = FloatToE4m3(0.5f + 1.5f * nvfp4->Uniform());
+      return scales;
+    }
+    case Draw::kConstant:
+      return Encode(dtype, std::vector<float>(std::max<int64_t>(n, 1), t.center));
+    case Draw::kValues: {
+      std::vector<uint8_t> bytes(8 * t.values.size());
+      std::memcpy(bytes.data(), t.values.data(), bytes.size());
+      return bytes;
+    }
+    case Draw::kFp8Bytes: {
+      Stream s(seed, t.name);
+      std::vector<uint8_t> bytes(n);
+      for (auto& v : bytes) {
+        v = static_cast<uint8_t>(s.Next() & 0xFF);
+        if ((v & 0x7F) == 0x7F) v ^= 1;  // E4M3 has no infinities; 0x7F and 0xFF are NaN
+      }
+      return bytes;
+    }
   }
-  if (fp8) {
-    const uint16_t scale = FloatToBf16(1.0f / 256.0f);
-    std::vector<uint8_t> bytes(2);
-    std::memcpy(bytes.data(), &scale, 2);
-    b.Add(e + "ngram_embedding.weight_scale", DType::kBF16, {1}, std::move(bytes));
-  }
+  return {};
 }
 
 // GPT-2's byte-level alphabet: printable bytes stand for themselves, the others for U+0100 on.
@@ -256,25 +169,11 @@ absl::Status GenerateCheckpoint(const ModelConfig& c, const GeneratorOptions& o,
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat(dir, ": ", ec.message()));
-  const std::string P = "model.language_model.";
-  Builder b(o.seed);
-  const int64_t H = c.hidden_size, V = c.vocab_size;
-  b.Bf16(P + "embed_tokens.weight", {V, H}, 1.0f);
-  b.Linear("lm_head.weight", V, H, 2.0f);
-  AddHc(b, c, P + "hyper_connection_mixer.", false);
-  for (int i = 0; i < c.num_layers; ++i) {
-    const std::string lp = absl::StrCat(P, "layers.", i, ".");
-    AddHc(b, c, lp + "attn_hyper_connection.", true);
-    AddHc(b, c, lp + "mlp_hyper_connection.", true);
-    if (c.is_attention(i)) {
-      AddAttention(b, c, lp + "self_attn.");
-    } else {
-      AddGdn(b, c, lp + "linear_attn.");
-    }
-    AddMoe(b, c, lp + "mlp.", o.nvfp4_experts);
-    if (c.has_ple(i)) AddPle(b, c, lp + "ple.", o.fp8_ple, o.seed);
-  }
-  RETURN_IF_ERROR(WriteShardedCheckpoint(dir, b.Take(), o.max_shard_bytes));
+  const TensorSchema schema(c, {.nvfp4_experts = o.nvfp4_experts, .fp8_ple = o.fp8_ple});
+  std::vector<TensorData> tensors;
+  std::optional<Stream> nvfp4;
+  for (const TensorSpec& t : schema.tensors()) tensors.push_back({t.name, t.dtypes.front(), t.shape, DrawBytes(t, o.seed, nvfp4)});
+  RETURN_IF_ERROR(WriteShardedCheckpoint(dir, std::move(tensors), o.max_shard_bytes));
 
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(ModelConfigJson(c));
   if (!o.fp8_ple) config["text_config"].erase("ple_embedding_dtype");

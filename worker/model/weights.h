@@ -1,6 +1,6 @@
-// The weights of qwen4_exp as one rank of a tensor-parallel group holds them: read from a
-// checkpoint in the Hugging Face layout (docs/model.md §2, §14), checked tensor by tensor against the
-// config, sliced for the rank (docs/model.md §13) and handed to the backend.
+// The weights of qwen4_exp as one rank of a tensor-parallel group holds them: every tensor of the
+// schema (tensor_schema.h) read from a checkpoint (checkpoint_source.h) or drawn (synthetic_source.h),
+// sliced for the rank by the TP plan (docs/model.md §13) and stacked as the forward pass reads them.
 #pragma once
 
 #include <functional>
@@ -99,9 +99,8 @@ absl::StatusOr<ModelWeights> LoadWeights(const ModelConfig& config, const Tensor
                                          Backend& backend, const ShardSpec& shard,
                                          const std::function<void(int, int)>& progress = nullptr);
 
-// Weights of the same shapes drawn on the backend from `seed` instead of read (docs/design.md §6:
-// full-size speed work without a 130 GB checkpoint): NVFP4 experts, FP8 n-gram table of the full
-// row count in host memory. Values are of the generator's magnitudes; the model is noise.
+// Weights of the same shapes drawn on the backend from `seed` instead of read
+// (synthetic_source.h).
 absl::StatusOr<ModelWeights> SyntheticWeights(const ModelConfig& config, Backend& backend, const ShardSpec& shard,
                                               uint64_t seed, const std::function<void(int, int)>& progress = nullptr);
 
