@@ -73,7 +73,7 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 // Tuned on one H200 with kernels/linear/linear_bench.cu --sweep over the model's decode shapes at
-// TP1, 2 and 4 (docs/perf/gpu.md, run M): within 3% of the sweep's fastest configuration at every
+// TP1, 2 and 4 (docs/journal/2026-12-02-gemv-lab-bench.md, run M): within 3% of the sweep's fastest configuration at every
 // one-token shape, within 8% at 4 and 8 tokens.
 GemvConfig ChooseGemv(int64_t T, int64_t K, int64_t N) {
   GemvConfig c;

@@ -108,7 +108,7 @@ INSTANTIATE_TEST_SUITE_P(Configs, LinearGemvConfig, ::testing::ValuesIn(ConfigCa
                          });
 
 // The configuration is a function of the shape: the model's decode shapes take the paths the
-// bench measured (docs/perf/gpu.md).
+// bench measured (docs/journal/2026-12-02-gemv-lab-bench.md).
 TEST(ChooseGemv, ModelShapes) {
   auto is = [](const cuda::GemvConfig& c, int lanes, int unroll, int splits) {
     return c.lanes == lanes && c.unroll == unroll && c.splits == splits;
