@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "tokenizer/string_util.h"
+#include "tokenizer/string_view_bridge.h"
 #include "absl/status/statusor.h"
 
 namespace q38 {

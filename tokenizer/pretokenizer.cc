@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "tokenizer/string_util.h"
+#include "tokenizer/string_view_bridge.h"
 
 namespace q38 {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "tokenizer/string_util.h"
+#include "tokenizer/string_view_bridge.h"
 
 namespace q38 {
 

@@ -10,7 +10,7 @@
 #include "common/status.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/normalizer.h"
-#include "tokenizer/string_util.h"
+#include "tokenizer/string_view_bridge.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_state.h"
 

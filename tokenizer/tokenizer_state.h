@@ -11,7 +11,7 @@
 #include "tokenizer/bpe.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/pretokenizer.h"
-#include "tokenizer/string_util.h"
+#include "tokenizer/string_view_bridge.h"
 #include "tokenizer/tokenizer.h"
 
 namespace q38 {

@@ -1,4 +1,4 @@
-// Lab bench of the hyper-connection pre step on one GPU (kernels/testing/bench_util.h): at the
+// Lab bench of the hyper-connection pre step on one GPU (kernels/testing/bench_timing.h): at the
 // full-size decode shapes (one token; S = 4, H = 2560, R = 320; a layer's module with inject rows
 // and the final mixer's without) and the small model's, the composition of five kernels the model
 // ran before (RmsNorm, down/inject GEMV, gates, up GEMV, combine), the previous fused pair
@@ -26,7 +26,7 @@
 #include "kernels/hc/hc_pre_v1_bench.cuh"
 #include "kernels/linear/linear_cuda.h"
 #include "kernels/norm/norm_cuda.h"
-#include "kernels/testing/bench_util.h"
+#include "kernels/testing/bench_timing.h"
 #include "kernels/testing/device_array.cuh"
 
 namespace q38 {

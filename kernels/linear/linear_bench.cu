@@ -1,4 +1,4 @@
-// Lab bench of the dense FP16 linear kernels on one GPU (kernels/testing/bench_util.h):
+// Lab bench of the dense FP16 linear kernels on one GPU (kernels/testing/bench_timing.h):
 //  - the ceilings: stream-read bandwidth over 1 GiB, WMMA FP16 tensor-core rate;
 //  - every decode GEMV shape of the model at TP1, TP2 and TP4 (T = 1; T = 4 for a few): the old
 //    kernel ("v0", linear_gemv_v0.cuh), the route Linear() takes ("auto", ChooseGemv's
@@ -30,7 +30,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/linear/linear_cuda.h"
 #include "kernels/linear/linear_gemv_v0.cuh"
-#include "kernels/testing/bench_util.h"
+#include "kernels/testing/bench_timing.h"
 #include "kernels/testing/device_array.cuh"
 
 namespace q38 {

@@ -1,4 +1,4 @@
-// Lab bench of greedy decoding's token choice on one GPU (kernels/testing/bench_util.h): per rank's
+// Lab bench of greedy decoding's token choice on one GPU (kernels/testing/bench_timing.h): per rank's
 // lm_head output at full size (V = 248,320 over TP 1, 2 and 4), the old way (the logits to the
 // host, 2 bytes a value, converted to FP32 and scanned for the greedy id there) against
 // cuda::ArgMax (two kernels) and its 8-byte copy. Host-side paths are timed end to end (median of
@@ -17,7 +17,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/logits/logits_cuda.h"
-#include "kernels/testing/bench_util.h"
+#include "kernels/testing/bench_timing.h"
 
 namespace q38 {
 namespace {

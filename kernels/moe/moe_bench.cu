@@ -1,4 +1,4 @@
-// Lab bench of the routed experts on one GPU (kernels/testing/bench_util.h): cuda::RoutedExperts
+// Lab bench of the routed experts on one GPU (kernels/testing/bench_timing.h): cuda::RoutedExperts
 // with NVFP4 weights at the full-size shapes (512 experts, top-10, H = 2560, I = 640 split over TP
 // 1, 2 and 4), one token (decode: gate/up, down and combine, in a CUDA graph of 40 calls as a
 // decode step makes them, eagerly in brackets) and 8,192 tokens (prefill: the grouped WMMA route).
@@ -16,7 +16,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/moe/moe_cuda.h"
-#include "kernels/testing/bench_util.h"
+#include "kernels/testing/bench_timing.h"
 #include "kernels/testing/device_array.cuh"
 
 namespace q38 {

@@ -1,4 +1,4 @@
-#include "kernels/testing/bench_util.h"
+#include "kernels/testing/bench_timing.h"
 
 #include <cuda_fp16.h>
 #include <mma.h>
