@@ -96,10 +96,11 @@ absl::StatusOr<RunResult> Engine::Run(const RunSpec& spec, const Emit& emit, con
     }
     ASSIGN_OR_RETURN(local, std::move(out));
   }
-  result.prefill_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (uint64_t step = 0;; ++step) {
     std::optional<TokenLogprobs> logprobs;
     ASSIGN_OR_RETURN(const int32_t token, Decide(local, spec, step, logprobs));
+    // The prefill is done when its token is known: on a GPU, Forward only enqueues the work.
+    if (step == 0) result.prefill_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (leader) {
       d.token = token;
       const bool last = spec.stop_ids.count(d.token) || static_cast<int32_t>(step) + 1 >= spec.max_tokens;

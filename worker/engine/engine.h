@@ -41,7 +41,7 @@ struct TokenLogprobs {
 struct RunResult {
   v1::FinishReason finish_reason = v1::FINISH_REASON_UNSPECIFIED;  // EOS, STOP, LENGTH or CANCELLED
   int32_t generated = 0;
-  double prefill_seconds = 0;
+  double prefill_seconds = 0;  // the prompt to its first token decided (time to first token)
 };
 
 class Engine {

@@ -38,23 +38,21 @@ absl::StatusOr<Buffer> SyntheticSource::Floats(const TensorSpec& t, const Ranges
 
 absl::StatusOr<Nvfp4ExpertWeights> SyntheticSource::Nvfp4Routed(const Nvfp4ExpertSpecs& x, Range slice) {
   const int64_t E = static_cast<int64_t>(x.gate.size()), H = 2 * x.gate[0].codes->shape[1], Il = slice.second;
-  const std::string r = absl::StrCat("@", slice.first);
-  const std::string& p = x.gate[0].codes->name;
+  // Named for the layer's MoE prefix and the rank, as the draws have always been.
+  const std::string& first = x.gate[0].codes->name;
+  const std::string p = first.substr(0, first.find("experts."));
+  const std::string r = absl::StrCat("@", slice.first / Il);
   Nvfp4ExpertWeights q;
-  q.gate_up_codes = Random(p + ".gate_up_codes" + r, DType::kU8, {E, 2 * Il, H / 2}, 0);
-  q.gate_up_scales = Random(p + ".gate_up_scales" + r, DType::kF8E4M3, {E, 2 * Il, H / 16}, 0);
-  q.down_codes = Random(p + ".down_codes" + r, DType::kU8, {E, H, Il / 2}, 0);
-  q.down_scales = Random(p + ".down_scales" + r, DType::kF8E4M3, {E, H, Il / 16}, 0);
-  // The generator's globals: they scale the dequantized weights to a spread of about 1/sqrt(K).
-  std::vector<float> g_gate, g_up, g_down;
-  for (int64_t e = 0; e < E; ++e) {
-    g_gate.push_back(x.gate[e].global->center);
-    g_up.push_back(x.up[e].global->center);
-    g_down.push_back(x.down[e].global->center);
-  }
-  q.gate_global = backend_.UploadF32(g_gate, {E});
-  q.up_global = backend_.UploadF32(g_up, {E});
-  q.down_global = backend_.UploadF32(g_down, {E});
+  q.gate_up_codes = Random(p + "gate_up_codes" + r, DType::kU8, {E, 2 * Il, H / 2}, 0);
+  q.gate_up_scales = Random(p + "gate_up_scales" + r, DType::kF8E4M3, {E, 2 * Il, H / 16}, 0);
+  q.down_codes = Random(p + "down_codes" + r, DType::kU8, {E, H, Il / 2}, 0);
+  q.down_scales = Random(p + "down_scales" + r, DType::kF8E4M3, {E, H, Il / 16}, 0);
+  // One global of the generator's order for every projection: the synthetic activations, and with
+  // them the routing every full-size speed number was measured under, depend on it.
+  const std::vector<float> global(E, 1.0f / (3.5f * 40.0f));
+  q.gate_global = backend_.UploadF32(global, {E});
+  q.up_global = backend_.UploadF32(global, {E});
+  q.down_global = backend_.UploadF32(global, {E});
   return q;
 }
 
