@@ -20,5 +20,7 @@ enum ServerExit : int {
 // q38-worker: the checkpoint itself is refused (as opposed to the device or the group failing), so
 // the coordinator exits kExitModelRefused rather than retrying.
 inline constexpr int kWorkerExitModelRefused = 10;
+// q38-worker (and the tests' fake worker): the coordinator that spawned it is gone.
+inline constexpr int kWorkerExitParentGone = 4;
 
 }  // namespace q38

@@ -92,7 +92,7 @@ absl::Status Supervisor::Spawn(int rank, const std::string& rendezvous) {
   if (pid == 0) {
     // Only async-signal-safe calls between fork and exec.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(4);
+    if (getppid() != parent) _exit(kWorkerExitParentGone);
     fcntl(pipe_read_, F_SETFD, 0);  // the read end survives exec; the write end does not
     sigset_t none;
     sigemptyset(&none);

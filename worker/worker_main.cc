@@ -2,7 +2,6 @@
 // worker protocol on a Unix socket until the coordinator says Shutdown or goes away.
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +14,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "common/exit_codes.h"
+#include "common/parent_watch.h"
 #include "common/status.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
@@ -47,23 +47,6 @@ namespace q38 {
 namespace {
 
 namespace wv1 = q38::worker::v1;
-
-// Exits when the coordinator is gone: the kernel's parent-death signal covers a normal parent,
-// EOF on the inherited pipe covers everything else (the pipe's writer lives only in the parent).
-void DieWithParent() {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  const int pid = absl::GetFlag(FLAGS_parent_pid);
-  if (pid != 0 && getppid() != pid) _exit(4);
-  const int fd = absl::GetFlag(FLAGS_parent_pipe_fd);
-  if (fd < 0) return;
-  std::thread([fd] {
-    char c;
-    while (read(fd, &c, 1) != 0) {
-    }
-    LOG(ERROR) << "coordinator gone; exiting";
-    _exit(4);
-  }).detach();
-}
 
 // Serves from the start of the process, so the coordinator can watch startup: GetInfo reports the
 // phase (and loading progress) until the engine is ready; Run refuses until then.
@@ -243,7 +226,7 @@ absl::Status ModelRefused(absl::Status s) {
 }
 
 absl::Status Main() {
-  DieWithParent();
+  ExitWhenParentGone(absl::GetFlag(FLAGS_parent_pid), absl::GetFlag(FLAGS_parent_pipe_fd));
   const int rank = absl::GetFlag(FLAGS_rank), world = absl::GetFlag(FLAGS_world);
   const std::string dir = absl::GetFlag(FLAGS_model), socket = absl::GetFlag(FLAGS_socket);
   if (dir.empty() || socket.empty()) return absl::InvalidArgumentError("--model and --socket are required");

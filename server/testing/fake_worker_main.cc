@@ -7,7 +7,6 @@
 // one line each: "run ID", "cancel ID BY", "hang ID", "end ID REASON", "shutdown".
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -23,6 +22,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "common/exit_codes.h"
+#include "common/parent_watch.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/enum_names.h"
@@ -57,22 +57,6 @@ namespace wv1 = q38::worker::v1;
 
 constexpr int kLayers = 4;
 constexpr int kVocab = 1000;
-
-// As the real worker: the parent-death signal covers a normal parent, EOF on the inherited pipe
-// (whose writer lives only in the coordinator) everything else.
-void DieWithParent() {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  const int pid = absl::GetFlag(FLAGS_parent_pid);
-  if (pid != 0 && getppid() != pid) _exit(4);
-  const int fd = absl::GetFlag(FLAGS_parent_pipe_fd);
-  if (fd < 0) return;
-  std::thread([fd] {
-    char c;
-    while (read(fd, &c, 1) != 0) {
-    }
-    _exit(4);
-  }).detach();
-}
 
 [[noreturn]] void Die(const Death& death) {
   LOG(ERROR) << "dying as scripted";
@@ -231,7 +215,7 @@ class FakeWorker final : public wv1::Worker::Service {
 };
 
 int Main() {
-  DieWithParent();
+  ExitWhenParentGone(absl::GetFlag(FLAGS_parent_pid), absl::GetFlag(FLAGS_parent_pipe_fd));
   const char* spec = std::getenv(kBehaviourEnv);
   absl::StatusOr<Behaviour> behaviour = ParseBehaviour(spec == nullptr ? "" : spec, absl::GetFlag(FLAGS_rank));
   if (!behaviour.ok()) {

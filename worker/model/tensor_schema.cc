@@ -136,7 +136,7 @@ class SchemaBuilder {
   TensorSchema& s_;
 };
 
-TensorSchema::TensorSchema(const ModelConfig& c, const SchemaOptions& o) : options_(o) {
+TensorSchema::TensorSchema(const ModelConfig& c, const SchemaOptions& o) {
   SchemaBuilder b(*this);
   const std::string& P = o.prefix;
   const int64_t H = c.hidden_size, V = c.vocab_size;

@@ -60,11 +60,9 @@ class TensorSchema {
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
   // nullptr for a name the model does not have.
   const TensorSpec* Find(const std::string& name) const;
-  const SchemaOptions& options() const { return options_; }
 
  private:
   friend class SchemaBuilder;
-  SchemaOptions options_;
   std::vector<TensorSpec> tensors_;
   std::map<std::string, size_t> index_;
 };

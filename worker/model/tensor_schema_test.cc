@@ -18,8 +18,12 @@ TEST(TensorSchemaTest, ReleaseListsEveryTensorOnceWithSplittableShapes) {
     EXPECT_TRUE(names.insert(t.name).second) << t.name;
     EXPECT_EQ(schema.Find(t.name), &t);
     ASSERT_FALSE(t.dtypes.empty()) << t.name;
-    if (t.split == TpSplit::kRows) EXPECT_EQ(t.shape.front() % 4, 0) << t.name;
-    if (t.split == TpSplit::kColumns) EXPECT_EQ(t.shape.back() % 4, 0) << t.name;
+    if (t.split == TpSplit::kRows) {
+      EXPECT_EQ(t.shape.front() % 4, 0) << t.name;
+    }
+    if (t.split == TpSplit::kColumns) {
+      EXPECT_EQ(t.shape.back() % 4, 0) << t.name;
+    }
     if (t.draw == Draw::kNvfp4Codes) ++nvfp4_codes;
   }
   EXPECT_EQ(nvfp4_codes, int64_t{c.num_layers} * c.num_experts * 3);
