@@ -82,7 +82,10 @@ grpc::Status Q38Service::DoGenerate(grpc::ServerContextBase* ctx, const v1::Gene
   // client's own timer ends the call a little before it: a call gone that close to its deadline
   // went for the deadline.
   bool write_failed = false;
-  auto write = [&](const v1::GenerateResponse& r) { return write_failed = !writer->Write(r), !write_failed; };
+  auto write = [&](const v1::GenerateResponse& r) {
+    write_failed = !writer->Write(r);
+    return !write_failed;
+  };
   auto cancelled = [&] {
     if (!write_failed && !ctx->IsCancelled()) return worker::v1::CANCEL_REASON_UNSPECIFIED;
     constexpr auto kTransitSlack = std::chrono::milliseconds(100);
