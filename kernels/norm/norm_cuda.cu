@@ -1,11 +1,10 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/norm/norm_cuda.h"
+#include "kernels/norm/rms_norm_group.cuh"
 
 namespace q38::cuda {
 namespace {
-
-constexpr int kNormThreads = 256;
 
 // 1/RMS of group[0..n) for a whole warp.
 __device__ __forceinline__ float GroupInvRms(const __half* group, int64_t n, float eps, int lane) {
@@ -17,33 +16,14 @@ __device__ __forceinline__ float GroupInvRms(const __half* group, int64_t n, flo
   return rsqrtf(WarpSum(ss) / n + eps);
 }
 
-// One block per group: the sum of squares over the block, then every element scaled by the
-// thread that read it, so y may alias x. A group is a few thousand elements at most, so each
-// thread has only a few 16-byte loads in flight: a warp per group would wait on ~80 dependent
-// loads in turn (ncu: 40 µs per call at the model's H). w has the group's length or the row's.
+// One block per group (kernels/norm/rms_norm_group.cuh), so y may alias x.
 template <typename TX, int kStep>
 __global__ void __launch_bounds__(kNormThreads)
     RmsNormKernel(const TX* x, const __half* __restrict__ w, __half* y, int64_t n, int64_t group, bool w_per_row,
                   float eps, float offset) {
   const int64_t per_row = n / group, gi = blockIdx.x;
   const int64_t g0 = (gi % per_row) * group, base = (gi / per_row) * n + g0;
-  const __half* wg = w + (w_per_row ? g0 : 0);
-  float ss = 0;
-  for (int64_t i = threadIdx.x * kStep; i < group; i += blockDim.x * kStep) {
-    float v[kStep];
-    LoadF<kStep>(x + base + i, v);
-#pragma unroll
-    for (int j = 0; j < kStep; ++j) ss += v[j] * v[j];
-  }
-  const float inv = rsqrtf(BlockSum(ss) / group + eps);
-  for (int64_t i = threadIdx.x * kStep; i < group; i += blockDim.x * kStep) {
-    float v[kStep], wv[kStep];
-    LoadF<kStep>(x + base + i, v);
-    LoadF<kStep>(wg + i, wv);
-#pragma unroll
-    for (int j = 0; j < kStep; ++j) v[j] *= inv * (offset + wv[j]);
-    StoreHalves<kStep>(y + base + i, v);
-  }
+  RmsNormGroup<TX, kStep>(x + base, w + (w_per_row ? g0 : 0), y + base, group, eps, offset);
 }
 
 __global__ void GatedRmsNormKernel(const __half* __restrict__ o, const __half* __restrict__ z,
