@@ -227,15 +227,21 @@ __global__ void DownKernel(const __half* __restrict__ act, const int32_t* __rest
   if (n < rows.N && lane == 0) pair_out[pair * rows.N + n] = dot[0];
 }
 
-// out[t, n] = Σ_j w[t, j] · pair_out[t·k + j, n], in a fixed order.
+// out[t, n] = Σ_j w[t, j] · pair_out[t·k + j, n], in a fixed order; then the gated shared expert
+// as AddSigmoidGatedKernel adds it.
 __global__ void CombineKernel(const float* __restrict__ pair_out, const __half* __restrict__ w,
-                              __half* __restrict__ out, int64_t T, int64_t k, int64_t H) {
+                              __half* __restrict__ out, int64_t T, int64_t k, int64_t H, GatedShared shared) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * H) return;
   const int64_t t = i / H, n = i % H;
   float acc = 0;
   for (int64_t j = 0; j < k; ++j) acc += __half2float(w[t * k + j]) * pair_out[(t * k + j) * H + n];
-  out[i] = __float2half(acc);
+  __half routed = __float2half(acc);
+  if (shared.out != nullptr) {
+    const float s = Sigmoid(__half2float(shared.gate_logit[t * shared.gate_stride]));
+    routed = __float2half(__half2float(routed) + s * __half2float(shared.out[i]));
+  }
+  out[i] = routed;
 }
 
 // Prefill: the pairs grouped by expert, so each expert's weights are read once per 64 of its
@@ -331,7 +337,8 @@ __global__ void __launch_bounds__(kTileThreads)
 
 template <typename Rows>
 void RunExperts(const __half* h, const int32_t* idx, const __half* w, const Rows& gate_up, const Rows& down,
-                __half* out, ExpertScratch s, int64_t T, int64_t k, int64_t E, cudaStream_t stream) {
+                __half* out, ExpertScratch s, int64_t T, int64_t k, int64_t E, cudaStream_t stream,
+                GatedShared shared) {
   const int64_t I = down.K, H = down.N, pairs = T * k;
   if (T <= kPairwiseMaxTokens) {
     const int gu_group = RowGroupLanes(gate_up.K, kGateUpCols), dn_group = RowGroupLanes(down.K, kDownCols);
@@ -353,7 +360,7 @@ void RunExperts(const __half* h, const int32_t* idx, const __half* w, const Rows
         s.act, 1, s.groups, E, down, nullptr, s.pair_out);
     Q38_CUDA_LAUNCHED();
   }
-  CombineKernel<<<CeilDiv(T * H, 256), 256, 0, stream>>>(s.pair_out, w, out, T, k, H);
+  CombineKernel<<<CeilDiv(T * H, 256), 256, 0, stream>>>(s.pair_out, w, out, T, k, H, shared);
   Q38_CUDA_LAUNCHED();
 }
 
@@ -385,7 +392,7 @@ void RouterTopK(const __half* logits, int32_t* idx, __half* w, int64_t T, int64_
 
 void RoutedExperts(const __half* h, const int32_t* idx, const __half* w, const ExpertProjection& gate_up,
                    const ExpertProjection& down, __half* out, ExpertScratch scratch, int64_t T, int64_t k, int64_t E,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, GatedShared shared) {
   CHECK(gate_up.K % 16 == 0 && down.K % 16 == 0) << "expert K must be a multiple of 16";
   CHECK(reinterpret_cast<uintptr_t>(h) % 16 == 0 && reinterpret_cast<uintptr_t>(scratch.act) % 16 == 0)
       << "expert inputs must be 16-byte aligned";
@@ -393,11 +400,11 @@ void RoutedExperts(const __half* h, const int32_t* idx, const __half* w, const E
       << "expert codes must be 8-byte aligned";
   if (gate_up.dense != nullptr) {
     RunExperts(h, idx, w, DenseRows{gate_up.dense, gate_up.N, gate_up.K}, DenseRows{down.dense, down.N, down.K}, out,
-               scratch, T, k, E, stream);
+               scratch, T, k, E, stream, shared);
   } else {
     const Nvfp4Rows gu{gate_up.codes, gate_up.scales, gate_up.global_a, gate_up.global_b, gate_up.split, gate_up.N, gate_up.K};
     const Nvfp4Rows dn{down.codes, down.scales, down.global_a, down.global_b, down.split, down.N, down.K};
-    RunExperts(h, idx, w, gu, dn, out, scratch, T, k, E, stream);
+    RunExperts(h, idx, w, gu, dn, out, scratch, T, k, E, stream, shared);
   }
 }
 

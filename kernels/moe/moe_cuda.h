@@ -37,11 +37,20 @@ inline int64_t ExpertGroupsInts(int64_t pairs, int64_t E) { return 2 * (E + 1) +
 // above it the pairs are grouped by expert and each expert runs as a WMMA GEMM (prefill).
 constexpr int64_t kPairwiseMaxTokens = 8;
 
-// out [T, H] = Σ_j w[t,j] · down_e(silu(gate_e(h)) ⊙ up_e(h)), e = idx[t,j] < E; K of gate_up
-// and of down must be multiples of 16.
+// The shared expert's output [T, H] and its gate logits (column 0 of rows `gate_stride` apart),
+// added by the kernel that sums the routed experts; out = nullptr adds nothing.
+struct GatedShared {
+  const __half* out = nullptr;
+  const __half* gate_logit = nullptr;
+  int64_t gate_stride = 1;
+};
+
+// out [T, H] = Σ_j w[t,j] · down_e(silu(gate_e(h)) ⊙ up_e(h)), e = idx[t,j] < E, rounded to FP16,
+// then (with shared) AddSigmoidGated's out + sigmoid(gate)·shared, rounded as it rounds; K of
+// gate_up and of down must be multiples of 16.
 void RoutedExperts(const __half* h, const int32_t* idx, const __half* w, const ExpertProjection& gate_up,
                    const ExpertProjection& down, __half* out, ExpertScratch scratch, int64_t T, int64_t k, int64_t E,
-                   cudaStream_t stream);
+                   cudaStream_t stream, GatedShared shared = {});
 
 void SiluMul(const __half* gu, __half* y, int64_t T, int64_t I, cudaStream_t stream);
 void AddSigmoidGated(__half* out, const __half* shared, const __half* gate_logit, int64_t gate_stride, int64_t T,

@@ -1,6 +1,7 @@
 // MoE on the GPU against the reference: router top-k (indices exact, ties to the lower id), the
 // routed experts with NVFP4 weights dequantized in the kernel and with dense weights, at the
-// model's H and I with fewer experts, and at small awkward sizes; the shared expert's helpers.
+// model's H and I with fewer experts, and at small awkward sizes, alone and with the gated shared
+// expert added in the same kernel (ExpertsAndShared); the shared expert's helpers.
 #include <random>
 
 #include "kernels/testing/backend_pair.h"
@@ -81,6 +82,16 @@ void ExpectSameExperts(BackendPair& b, int64_t T, int64_t E, int64_t k, int64_t 
   b.gpu().RoutedExperts(h.gpu.t(), idx.gpu.t(), w.gpu.t(), gpu_e, out.gpu.t());
   // The FP16 intermediate (silu(gate)·up) adds one rounding on the way.
   EXPECT_TRUE(b.Matches(out, 4)) << (nvfp4 ? "nvfp4" : "dense") << " T " << T << " H " << H << " I " << I;
+
+  // With the gated shared expert: against the reference, and bitwise against the GPU's composition.
+  auto shared = b.Act(Normal(T * H, 12), {T, H});
+  auto gate = b.Act(Normal(T, 13), {T, 1});
+  auto fused = b.Out({T, H});
+  b.cpu().ExpertsAndShared(h.cpu.t(), idx.cpu.t(), w.cpu.t(), cpu_e, shared.cpu.t(), gate.cpu.t(), fused.cpu.t());
+  b.gpu().ExpertsAndShared(h.gpu.t(), idx.gpu.t(), w.gpu.t(), gpu_e, shared.gpu.t(), gate.gpu.t(), fused.gpu.t());
+  EXPECT_TRUE(b.Matches(fused, 4)) << "with the shared expert, T " << T;
+  b.gpu().AddSigmoidGated(out.gpu.t(), shared.gpu.t(), gate.gpu.t());
+  EXPECT_EQ(b.GpuFloats(fused), b.GpuFloats(out)) << "fused against RoutedExperts + AddSigmoidGated, T " << T;
 }
 
 TEST(MoeCuda, Nvfp4ExpertsAtModelWidth) {
