@@ -37,11 +37,6 @@ using bench::Timing;
 using bench::FillHalfKernel;
 using bench::HashUnit;
 
-__global__ void FillFloatKernel(float* p, int64_t n, uint32_t seed, float scale) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    p[i] = scale * HashUnit(i, seed);
-}
 
 using bench::DeviceArray;
 using bench::ToHost;
@@ -74,7 +69,7 @@ struct Module {
     FillHalfKernel<<<64, 256, 0, s>>>(norm->p, W, 1, 0.4f);
     FillHalfKernel<<<1024, 256, 0, s>>>(down->p, rows * W * copies, 2, 2.0f / std::sqrt(static_cast<float>(W)) * 3.4f);
     FillHalfKernel<<<1024, 256, 0, s>>>(up->p, W * R * copies, 3, 2.0f / std::sqrt(static_cast<float>(R)) * 3.4f);
-    FillFloatKernel<<<64, 256, 0, s>>>(X->p, W, 4, 4.0f);
+    bench::FillFloatKernel<<<64, 256, 0, s>>>(X->p, W, 4, 4.0f);
     FillHalfKernel<<<16, 256, 0, s>>>(y->p, H, 5, 1.0f);
     Q38_CUDA_LAUNCHED();
     Q38_CUDA_CHECK(cudaStreamSynchronize(s));

@@ -26,6 +26,12 @@ __global__ void FillHalfKernel(__half* p, int64_t n, uint32_t seed, float scale)
     p[i] = __float2half(scale * HashUnit(i, seed));
 }
 
+__global__ void FillFloatKernel(float* p, int64_t n, uint32_t seed, float scale) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    p[i] = scale * HashUnit(i, seed);
+}
+
 template <typename T>
 struct DeviceArray {
   T* p = nullptr;
