@@ -25,6 +25,15 @@ class StepGraph {
   virtual absl::Status Replay() = 0;
 };
 
+// The weights and settings of a GDN layer that Backend::GdnMix reads: conv [C, K], a_log and
+// dt_bias [Hv], norm [dv].
+struct GdnMixWeights {
+  Tensor conv, a_log, dt_bias, norm;
+  int64_t key_heads = 0, key_dim = 0;
+  bool sigmoid_gate = false;  // the output gate: sigmoid(z), else SiLU(z)
+  float eps = 1e-6f;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -66,6 +75,11 @@ class Backend {
 
   // x [T, heads, head_dim] in place; positions I64 [T].
   virtual void Rope(Tensor& x, const Tensor& positions, int64_t rotary_dim, double theta) = 0;
+  // Attention's per-head norm and rotation as one op (fused: docs/cuda.md), the composition
+  //   RmsNorm(x, w, x, group: head_dim, zero-centred);  Rope(x, positions);  WriteRows(x, cache, positions)
+  // on x [T, heads, head_dim]; the last only where cache has data. This default runs the composition.
+  virtual void NormRope(Tensor& x, const Tensor& w, const Tensor& positions, int64_t rotary_dim, double theta,
+                        float eps, Tensor& cache);
   // x [T, C], w [C, K], state [(K-1)·dilation, C], y [T, C].
   virtual void CausalConv(const Tensor& x, const Tensor& w, Tensor& state, Tensor& y, int64_t dilation) = 0;
 
@@ -75,6 +89,14 @@ class Backend {
                         Tensor& beta, Tensor& g) = 0;
   virtual void GdnDeltaRule(const Tensor& qkv, const Tensor& beta, const Tensor& g, Tensor& state,
                             Tensor& o, int64_t key_heads, int64_t key_dim, bool chunked) = 0;
+  // A GDN layer between its input and output projections as one op (fused: docs/cuda.md), the
+  // composition
+  //   xc = CausalConv(qkv, w.conv, conv_state);  beta, g = GdnGates(b, a, w.a_log, w.dt_bias);
+  //   o = GdnDeltaRule(xc, beta, g, state, chunked: T > 1);  y = GatedRmsNorm(o, z, w.norm)
+  // with xc and o in act_dtype(), as the composition rounds them. This default runs the
+  // composition through the backend's own ops.
+  virtual void GdnMix(const Tensor& qkv, const Tensor& z, const Tensor& b, const Tensor& a, const GdnMixWeights& w,
+                      Tensor& conv_state, Tensor& state, Tensor& y);
 
   // QSA (kernels/attention).
   // Pools every block that a token at one of `positions` completes.
@@ -91,6 +113,11 @@ class Backend {
   virtual void RoutedExperts(const Tensor& h, const Tensor& idx, const Tensor& w,
                              const ExpertWeights& experts, Tensor& out) = 0;
   virtual void AddSigmoidGated(Tensor& out, const Tensor& shared, const Tensor& gate_logit) = 0;
+  // The MoE block's output as one op (fused: docs/cuda.md), the composition
+  //   RoutedExperts(h, idx, w, experts, out);  AddSigmoidGated(out, shared, gate_logit)
+  // with the shared expert's output already computed. This default runs the two.
+  virtual void ExpertsAndShared(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& experts,
+                                const Tensor& shared, const Tensor& gate_logit, Tensor& out);
 
   // Hyper-connections (kernels/hc).
   virtual void EmbedStreams(const Tensor& table, const Tensor& ids, Tensor& X, int64_t streams) = 0;

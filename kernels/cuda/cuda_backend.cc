@@ -121,7 +121,11 @@ class StagingPool : public std::enable_shared_from_this<StagingPool> {
 
 class CudaBackendImpl final : public CudaBackend {
  public:
-  CudaBackendImpl(CudaDeviceInfo info, cudaStream_t stream) : info_(std::move(info)), stream_(stream) {}
+  CudaBackendImpl(CudaDeviceInfo info, cudaStream_t stream) : info_(std::move(info)), stream_(stream) {
+    gdn_counters_ = Alloc(DType::kI32, {cuda::kGdnMixMaxKeyHeads});
+    Q38_CUDA_CHECK(cudaMemsetAsync(gdn_counters_.t().data, 0, gdn_counters_.t().nbytes(), stream_));
+    Q38_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
   ~CudaBackendImpl() override {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
@@ -232,6 +236,13 @@ class CudaBackendImpl final : public CudaBackend {
   void Rope(Tensor& x, const Tensor& positions, int64_t rotary_dim, double theta) override {
     cuda::Rope(H(x), I64(positions), x.dim(0), x.dim(1), x.dim(2), rotary_dim, theta, stream_);
   }
+  void NormRope(Tensor& x, const Tensor& w, const Tensor& positions, int64_t rotary_dim, double theta, float eps,
+                Tensor& cache) override {
+    CHECK(x.rank() == 3 && w.numel() == x.dim(2)) << "NormRope: x [T, heads, head_dim], w [head_dim]";
+    CHECK(cache.data == nullptr || (cache.dtype == x.dtype && cache.row_size() == x.row_size()));
+    cuda::NormRope(H(x), H(w), I64(positions), x.dim(0), x.dim(1), x.dim(2), rotary_dim, theta, eps,
+                   cache.data != nullptr ? H(cache) : nullptr, stream_);
+  }
   void CausalConv(const Tensor& x, const Tensor& w, Tensor& state, Tensor& y, int64_t dilation) override {
     CHECK_LE((w.dim(1) - 1) * dilation, cuda::kConvMaxHistory);
     cuda::CausalConv(H(x), H(w), H(state), H(y), Rows(x), x.dim(-1), w.dim(1), dilation, stream_);
@@ -247,6 +258,22 @@ class CudaBackendImpl final : public CudaBackend {
                     int64_t key_heads, int64_t key_dim, bool /*chunked*/) override {
     cuda::GdnDeltaRule(H(qkv), F(beta), F(g), F(state), H(o), Rows(qkv), key_heads, state.dim(0), key_dim,
                        state.dim(2), stream_);
+  }
+
+  // One token: one kernel (gdn_cuda.h, GdnMix); more tokens, or shapes it does not take: the
+  // composition of four.
+  void GdnMix(const Tensor& qkv, const Tensor& z, const Tensor& b, const Tensor& a, const GdnMixWeights& w,
+              Tensor& conv_state, Tensor& state, Tensor& y) override {
+    const int64_t Hk = w.key_heads, Hv = state.dim(0), dk = w.key_dim, dv = state.dim(2), K = w.conv.dim(1);
+    if (Rows(qkv) != 1 || w.norm.numel() != dv || qkv.dim(-1) != 2 * Hk * dk + Hv * dv ||
+        !cuda::GdnMixFits(Hk, Hv, dk, dv, K)) {
+      Backend::GdnMix(qkv, z, b, a, w, conv_state, state, y);
+      return;
+    }
+    cuda::GdnMix(cuda::GdnMixArgs{H(qkv), H(z), H(b), H(a), H(w.conv), H(w.norm), F(w.a_log), F(w.dt_bias),
+                                  H(conv_state), F(state), H(y), I32(gdn_counters_.t()), Hk, Hv, dk, dv, K,
+                                  w.sigmoid_gate, w.eps},
+                 stream_);
   }
 
   void IndexerPoolBlocks(const Tensor& raw_keys, const Tensor& knorm_w, Tensor& pooled, const Tensor& positions,
@@ -275,28 +302,13 @@ class CudaBackendImpl final : public CudaBackend {
   }
   void RoutedExperts(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& e,
                      Tensor& out) override {
-    const int64_t T = Rows(h), k = idx.dim(-1), H_ = h.dim(-1), I = e.intermediate;
-    cuda::ExpertProjection gu, dn;
-    if (e.nvfp4) {
-      const Nvfp4ExpertWeights& q = e.q;
-      gu = {q.gate_up_codes.t().as<uint8_t>(), q.gate_up_scales.t().as<uint8_t>(), F(q.gate_global.t()),
-            F(q.up_global.t()), I, nullptr, 2 * I, H_};
-      dn = {q.down_codes.t().as<uint8_t>(), q.down_scales.t().as<uint8_t>(), F(q.down_global.t()),
-            F(q.down_global.t()), H_, nullptr, H_, I};
-    } else {
-      gu.dense = H(e.dense.gate_up.t());
-      gu.N = 2 * I;
-      gu.K = H_;
-      dn.dense = H(e.dense.down.t());
-      dn.N = H_;
-      dn.K = I;
-    }
-    const int64_t E = e.nvfp4 ? e.q.gate_up_codes.t().dim(0) : e.dense.gate_up.t().dim(0);
-    Buffer act = Alloc(DType::kF16, {T * k, I}), pair_out = Alloc(DType::kF32, {T * k, H_});
-    const bool grouped = T > cuda::kPairwiseMaxTokens;
-    Buffer groups = grouped ? Alloc(DType::kI32, {cuda::ExpertGroupsInts(T * k, E)}) : Buffer();
-    cuda::RoutedExperts(H(h), I32(idx), H(w), gu, dn, H(out),
-                        {H(act.t()), F(pair_out.t()), grouped ? I32(groups.t()) : nullptr}, T, k, E, stream_);
+    Experts(h, idx, w, e, out, {});
+  }
+  // The gated shared expert joins the kernel that sums the routed experts' outputs.
+  void ExpertsAndShared(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& e,
+                        const Tensor& shared, const Tensor& gate_logit, Tensor& out) override {
+    CHECK(shared.numel() == out.numel() && Rows(gate_logit) == Rows(out));
+    Experts(h, idx, w, e, out, {H(shared), H(gate_logit), gate_logit.dim(-1)});
   }
   void AddSigmoidGated(Tensor& out, const Tensor& shared, const Tensor& gate_logit) override {
     cuda::AddSigmoidGated(H(out), H(shared), H(gate_logit), gate_logit.dim(-1), Rows(out), out.dim(-1), stream_);
@@ -374,12 +386,39 @@ class CudaBackendImpl final : public CudaBackend {
   absl::Status Synchronize() override { return CudaStatus(cudaStreamSynchronize(stream_), "synchronize"); }
 
  private:
+  void Experts(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& e, Tensor& out,
+               cuda::GatedShared shared) {
+    const int64_t T = Rows(h), k = idx.dim(-1), H_ = h.dim(-1), I = e.intermediate;
+    cuda::ExpertProjection gu, dn;
+    if (e.nvfp4) {
+      const Nvfp4ExpertWeights& q = e.q;
+      gu = {q.gate_up_codes.t().as<uint8_t>(), q.gate_up_scales.t().as<uint8_t>(), F(q.gate_global.t()),
+            F(q.up_global.t()), I, nullptr, 2 * I, H_};
+      dn = {q.down_codes.t().as<uint8_t>(), q.down_scales.t().as<uint8_t>(), F(q.down_global.t()),
+            F(q.down_global.t()), H_, nullptr, H_, I};
+    } else {
+      gu.dense = H(e.dense.gate_up.t());
+      gu.N = 2 * I;
+      gu.K = H_;
+      dn.dense = H(e.dense.down.t());
+      dn.N = H_;
+      dn.K = I;
+    }
+    const int64_t E = e.nvfp4 ? e.q.gate_up_codes.t().dim(0) : e.dense.gate_up.t().dim(0);
+    Buffer act = Alloc(DType::kF16, {T * k, I}), pair_out = Alloc(DType::kF32, {T * k, H_});
+    const bool grouped = T > cuda::kPairwiseMaxTokens;
+    Buffer groups = grouped ? Alloc(DType::kI32, {cuda::ExpertGroupsInts(T * k, E)}) : Buffer();
+    cuda::RoutedExperts(H(h), I32(idx), H(w), gu, dn, H(out),
+                        {H(act.t()), F(pair_out.t()), grouped ? I32(groups.t()) : nullptr}, T, k, E, stream_, shared);
+  }
+
   CudaDeviceInfo info_;
   cudaStream_t stream_;
   cuda::DeviceAllocator allocator_;
   std::shared_ptr<StagingPool> staging_ = std::make_shared<StagingPool>();
   int64_t overflow_ = 0;
   int64_t captured_kernels_ = -1;
+  Buffer gdn_counters_;  // GdnMix's per key head counts, zero between calls
 };
 
 }  // namespace

@@ -102,17 +102,10 @@ Buffer Model::GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState:
   const int64_t T = h.dim(0);
   std::vector<Buffer> in = Project(h, w.in);
   const Buffer &qkv = in[0], &z = in[1], &b = in[2], &a = in[3];
-  const int64_t C = qkv.t().dim(1), Dv = z.t().dim(1), Hv = a.t().dim(1);
-  Buffer xc = Act({T, C});
-  backend_.CausalConv(qkv.t(), w.conv.t(), s.conv.t(), xc.t(), /*dilation=*/1);
-  // The gates stay FP32 on every backend: the decay exp(g) compounds over the whole sequence.
-  Buffer beta = backend_.Alloc(DType::kF32, {T, Hv}), g = backend_.Alloc(DType::kF32, {T, Hv});
-  backend_.GdnGates(b.t(), a.t(), w.a_log.t(), w.dt_bias.t(), beta.t(), g.t());
-  Buffer o = Act({T, Dv});
-  backend_.GdnDeltaRule(xc.t(), beta.t(), g.t(), s.recurrent.t(), o.t(), w.key_heads, config_.gdn_key_dim,
-                        /*chunked=*/T > 1);
-  Buffer y = Act({T, Dv});
-  backend_.GatedRmsNorm(o.t(), z.t(), w.norm.t(), y.t(), config_.gdn_output_gate_sigmoid, eps_);
+  const GdnMixWeights mix{w.conv.t(), w.a_log.t(), w.dt_bias.t(), w.norm.t(), w.key_heads, config_.gdn_key_dim,
+                          config_.gdn_output_gate_sigmoid, eps_};
+  Buffer y = Act({T, z.t().dim(1)});
+  backend_.GdnMix(qkv.t(), z.t(), b.t(), a.t(), mix, s.conv.t(), s.recurrent.t(), y.t());
   Buffer out = Act({T, config_.hidden_size});
   backend_.Linear(y.t(), w.out.t(), out.t());
   return out;
@@ -129,16 +122,13 @@ Buffer Model::Attention(const AttentionWeights& w, const Tensor& h, const Tensor
   k.t() = k.t().Reshaped({T, Hkv, dh});
   v.t() = v.t().Reshaped({T, Hkv, dh});
   iq.t() = iq.t().Reshaped({T, Hi, di});
+  Tensor none;
   backend_.WriteRows(v.t(), s.v.t(), positions);  // V is cached raw
-  backend_.RmsNorm(q.t(), w.q_norm.t(), q.t(), dh, true, eps_);
-  backend_.RmsNorm(k.t(), w.k_norm.t(), k.t(), dh, true, eps_);
-  backend_.Rope(q.t(), positions, c.rotary_dim, c.rope_theta);
-  backend_.Rope(k.t(), positions, c.rotary_dim, c.rope_theta);
-  backend_.WriteRows(k.t(), s.k.t(), positions);
+  backend_.NormRope(q.t(), w.q_norm.t(), positions, c.rotary_dim, c.rope_theta, eps_, none);
+  backend_.NormRope(k.t(), w.k_norm.t(), positions, c.rotary_dim, c.rope_theta, eps_, s.k.t());
 
   // QSA indexer: cache this chunk's raw keys, pool the blocks it completes, select per query.
-  backend_.RmsNorm(iq.t(), w.index_q_norm.t(), iq.t(), di, true, eps_);
-  backend_.Rope(iq.t(), positions, c.rotary_dim, c.rope_theta);
+  backend_.NormRope(iq.t(), w.index_q_norm.t(), positions, c.rotary_dim, c.rope_theta, eps_, none);
   backend_.WriteRows(raw.t(), s.raw_keys.t(), positions);
   backend_.IndexerPoolBlocks(s.raw_keys.t(), w.index_k_norm.t(), s.pooled.t(), positions, ratio, eps_, c.rotary_dim,
                              c.rope_theta);
@@ -183,12 +173,11 @@ Buffer Model::Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t posit
       CopyFloatsFromHost(r.weights, weights.t());
     }
   }
-  Buffer out = Act({T, c.hidden_size});
-  backend_.RoutedExperts(h, idx.t(), weights.t(), w.experts, out.t());
   Buffer act = Act({T, Isl}), shared = Act({T, c.hidden_size});
   backend_.SiluMul(gu.t(), act.t());
   backend_.Linear(act.t(), w.shared_down.t(), shared.t());
-  backend_.AddSigmoidGated(out.t(), shared.t(), sg.t());
+  Buffer out = Act({T, c.hidden_size});
+  backend_.ExpertsAndShared(h, idx.t(), weights.t(), w.experts, shared.t(), sg.t(), out.t());
   return out;
 }
 
