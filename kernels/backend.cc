@@ -30,19 +30,6 @@ void Backend::NormRope(Tensor& x, const Tensor& w, const Tensor& positions, int6
   if (cache.data != nullptr) WriteRows(x, cache, positions);
 }
 
-void Backend::GdnMix(const Tensor& qkv, const Tensor& z, const Tensor& b, const Tensor& a, const GdnMixWeights& w,
-                     Tensor& conv_state, Tensor& state, Tensor& y) {
-  const int64_t T = qkv.dim(0), C = qkv.dim(-1), Hv = a.dim(-1);
-  Buffer xc = Alloc(act_dtype(), {T, C});
-  CausalConv(qkv, w.conv, conv_state, xc.t(), /*dilation=*/1);
-  // The gates stay FP32 on every backend: the decay exp(g) compounds over the whole sequence.
-  Buffer beta = Alloc(DType::kF32, {T, Hv}), g = Alloc(DType::kF32, {T, Hv});
-  GdnGates(b, a, w.a_log, w.dt_bias, beta.t(), g.t());
-  Buffer o = Alloc(act_dtype(), {T, z.dim(-1)});
-  GdnDeltaRule(xc.t(), beta.t(), g.t(), state, o.t(), w.key_heads, w.key_dim, /*chunked=*/T > 1);
-  GatedRmsNorm(o.t(), z, w.norm, y, w.sigmoid_gate, w.eps);
-}
-
 void Backend::ExpertsAndShared(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& experts,
                                const Tensor& shared, const Tensor& gate_logit, Tensor& out) {
   RoutedExperts(h, idx, w, experts, out);

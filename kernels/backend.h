@@ -25,15 +25,6 @@ class StepGraph {
   virtual absl::Status Replay() = 0;
 };
 
-// The weights and settings of a GDN layer that Backend::GdnMix reads: conv [C, K], a_log and
-// dt_bias [Hv], norm [dv].
-struct GdnMixWeights {
-  Tensor conv, a_log, dt_bias, norm;
-  int64_t key_heads = 0, key_dim = 0;
-  bool sigmoid_gate = false;  // the output gate: sigmoid(z), else SiLU(z)
-  float eps = 1e-6f;
-};
-
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -89,14 +80,6 @@ class Backend {
                         Tensor& beta, Tensor& g) = 0;
   virtual void GdnDeltaRule(const Tensor& qkv, const Tensor& beta, const Tensor& g, Tensor& state,
                             Tensor& o, int64_t key_heads, int64_t key_dim, bool chunked) = 0;
-  // A GDN layer between its input and output projections as one op (fused: docs/cuda.md), the
-  // composition
-  //   xc = CausalConv(qkv, w.conv, conv_state);  beta, g = GdnGates(b, a, w.a_log, w.dt_bias);
-  //   o = GdnDeltaRule(xc, beta, g, state, chunked: T > 1);  y = GatedRmsNorm(o, z, w.norm)
-  // with xc and o in act_dtype(), as the composition rounds them. This default runs the
-  // composition through the backend's own ops.
-  virtual void GdnMix(const Tensor& qkv, const Tensor& z, const Tensor& b, const Tensor& a, const GdnMixWeights& w,
-                      Tensor& conv_state, Tensor& state, Tensor& y);
 
   // QSA (kernels/attention).
   // Pools every block that a token at one of `positions` completes.

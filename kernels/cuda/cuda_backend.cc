@@ -121,11 +121,7 @@ class StagingPool : public std::enable_shared_from_this<StagingPool> {
 
 class CudaBackendImpl final : public CudaBackend {
  public:
-  CudaBackendImpl(CudaDeviceInfo info, cudaStream_t stream) : info_(std::move(info)), stream_(stream) {
-    gdn_counters_ = Alloc(DType::kI32, {cuda::kGdnMixMaxKeyHeads});
-    Q38_CUDA_CHECK(cudaMemsetAsync(gdn_counters_.t().data, 0, gdn_counters_.t().nbytes(), stream_));
-    Q38_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  }
+  CudaBackendImpl(CudaDeviceInfo info, cudaStream_t stream) : info_(std::move(info)), stream_(stream) {}
   ~CudaBackendImpl() override {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
@@ -258,22 +254,6 @@ class CudaBackendImpl final : public CudaBackend {
                     int64_t key_heads, int64_t key_dim, bool /*chunked*/) override {
     cuda::GdnDeltaRule(H(qkv), F(beta), F(g), F(state), H(o), Rows(qkv), key_heads, state.dim(0), key_dim,
                        state.dim(2), stream_);
-  }
-
-  // One token: one kernel (gdn_cuda.h, GdnMix); more tokens, or shapes it does not take: the
-  // composition of four.
-  void GdnMix(const Tensor& qkv, const Tensor& z, const Tensor& b, const Tensor& a, const GdnMixWeights& w,
-              Tensor& conv_state, Tensor& state, Tensor& y) override {
-    const int64_t Hk = w.key_heads, Hv = state.dim(0), dk = w.key_dim, dv = state.dim(2), K = w.conv.dim(1);
-    if (Rows(qkv) != 1 || w.norm.numel() != dv || qkv.dim(-1) != 2 * Hk * dk + Hv * dv ||
-        !cuda::GdnMixFits(Hk, Hv, dk, dv, K)) {
-      Backend::GdnMix(qkv, z, b, a, w, conv_state, state, y);
-      return;
-    }
-    cuda::GdnMix(cuda::GdnMixArgs{H(qkv), H(z), H(b), H(a), H(w.conv), H(w.norm), F(w.a_log), F(w.dt_bias),
-                                  H(conv_state), F(state), H(y), I32(gdn_counters_.t()), Hk, Hv, dk, dv, K,
-                                  w.sigmoid_gate, w.eps},
-                 stream_);
   }
 
   void IndexerPoolBlocks(const Tensor& raw_keys, const Tensor& knorm_w, Tensor& pooled, const Tensor& positions,
@@ -418,7 +398,6 @@ class CudaBackendImpl final : public CudaBackend {
   std::shared_ptr<StagingPool> staging_ = std::make_shared<StagingPool>();
   int64_t overflow_ = 0;
   int64_t captured_kernels_ = -1;
-  Buffer gdn_counters_;  // GdnMix's per key head counts, zero between calls
 };
 
 }  // namespace
