@@ -6,16 +6,23 @@
 // Prints µs per call, GB/s of expert weights read against the measured stream read (decode) and
 // useful TFLOP/s against the measured WMMA rate (prefill), and a digest of the output bits of one
 // fixed call, so that two builds run on one machine show whether their results are bitwise equal.
+// Then, for one token, the MoE output with the gated shared expert: RoutedExperts followed by
+// AddSigmoidGated, against the shared expert added by the combine kernel (GatedShared), checked
+// bitwise equal (the exit status is 1 if not). Last, the two decode kernels apart (gate/up with
+// SiLU·up, down into FP32 per pair) with 1, 2 or 4 rows a lane group and a lane's first runs
+// loaded ahead or not, each checked bitwise against the shape RoutedExperts launches.
 // Usage: moe_bench
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_decode.cuh"
 #include "kernels/testing/bench_timing.h"
 #include "kernels/testing/device_array.cuh"
 
@@ -70,16 +77,103 @@ struct Projection {
   double BytesPerExpert() const { return N * K / 2.0 + N * K / 16.0; }
 };
 
-uint64_t Digest(const __half* d, int64_t n) {
-  std::vector<uint16_t> h(n);
-  Q38_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+// FNV-1a over the output's bits, a value at a time (FP16: as earlier builds printed it).
+template <typename Bits, typename T>
+uint64_t DigestAs(const T* d, int64_t n) {
+  static_assert(sizeof(Bits) == sizeof(T));
+  std::vector<Bits> h(n);
+  Q38_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
   uint64_t x = 1469598103934665603ull;
-  for (uint16_t v : h) x = (x ^ v) * 1099511628211ull;
+  for (Bits v : h) x = (x ^ v) * 1099511628211ull;
   return x;
+}
+uint64_t Digest(const __half* d, int64_t n) { return DigestAs<uint16_t>(d, n); }
+uint64_t Digest(const float* d, int64_t n) { return DigestAs<uint32_t>(d, n); }
+
+using Nvfp4 = cuda::moe_decode::Nvfp4Rows;
+Nvfp4 Rows(const cuda::ExpertProjection& p) {
+  return {p.codes, p.scales, p.global_a, p.global_b, p.split, p.N, p.K};
+}
+
+// What the decode kernels read and write at one TP, and the bits of RoutedExperts' act and
+// pair_out for routing 0.
+struct DecodeSetup {
+  Bench& b;
+  int tp;
+  Nvfp4 gate_up, down;
+  const __half* h;
+  const int32_t* idx;
+  __half* act;
+  float* pair_out;
+  uint64_t want_act, want_out;
+};
+
+// One decode kernel with kRows rows a lane group and kAhead runs loaded ahead, timed in a graph
+// of 40 calls on rotating routings; prints its row and returns 1 if its output for routing 0 is
+// not RoutedExperts'.
+template <bool kGateUp, int kRows, int kAhead>
+int DecodeKernelRow(const DecodeSetup& d) {
+  const cudaStream_t s = d.b.stream();
+  const int64_t I = d.down.K, H = d.down.N;
+  const bench::Launch call = [&](int i, cudaStream_t st) {
+    const int32_t* ix = d.idx + (i % kRoutings) * kTopK;
+    if constexpr (kGateUp) {
+      cuda::moe_decode::LaunchGateUp<Nvfp4, kRows, kAhead>(d.h, ix, d.gate_up, d.act, kTopK, kTopK, st);
+    } else {
+      cuda::moe_decode::LaunchDown<Nvfp4, kRows, kAhead>(d.act, ix, d.down, d.pair_out, kTopK, st);
+    }
+  };
+  call(0, s);
+  Q38_CUDA_LAUNCHED();
+  Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+  const bool same = kGateUp ? Digest(d.act, kTopK * I) == d.want_act : Digest(d.pair_out, kTopK * H) == d.want_out;
+  const double bytes = kTopK * (kGateUp ? 2 * I * kHidden : kHidden * I) * (0.5 + 1.0 / 16);
+  const Timing t = d.b.Graph(40, call);
+  std::printf("| %d | %s | %d | %d | %.2f | %.0f | %s |\n", d.tp, kGateUp ? "gate/up" : "down", kRows, kAhead,
+              t.median_us, bytes / (t.median_us * 1e3), same ? "yes" : "NO");
+  std::fflush(stdout);
+  return same ? 0 : 1;
+}
+
+// The decode kernels apart at TP1, 2 and 4, for each shape in the sweep; every shape must give
+// the bits of the one RoutedExperts launches.
+int DecodeKernels(Bench& b) {
+  const cudaStream_t s = b.stream();
+  int failures = 0;
+  std::printf("\n## Decode kernels apart, one token\n\nµs per call in a CUDA graph of 40, weights GB/s; "
+              "every shape checked bitwise against the launched one.\n\n"
+              "| TP | kernel | rows a lane group | runs loaded ahead | µs | GB/s | same bits |\n"
+              "|---|---|---|---|---|---|---|\n");
+  for (int tp : {1, 2, 4}) {
+    const int64_t I = kIntermediate / tp;
+    const Projection gu_w(2 * I, kHidden, 10 + tp, s), dn_w(kHidden, I, 20 + tp, s);
+    DeviceArray<__half> h(kHidden), w(kRoutings * kTopK), act(kTopK * I), out(kHidden);
+    DeviceArray<int32_t> idx(kRoutings * kTopK);
+    DeviceArray<float> pair_out(kTopK * kHidden);
+    bench::FillHalfKernel<<<16, 256, 0, s>>>(h.p, kHidden, 7, 4.0f);
+    for (int r = 0; r < kRoutings; ++r) FillRoutingKernel<<<1, 32, 0, s>>>(idx.p + r * kTopK, w.p + r * kTopK, 1, kTopK, kExperts, 100 + r);
+    Q38_CUDA_LAUNCHED();
+    const cuda::ExpertScratch scratch{act.p, pair_out.p, nullptr};
+    const auto launched = [&] {  // act and pair_out of routing 0 as RoutedExperts leaves them
+      cuda::RoutedExperts(h.p, idx.p, w.p, gu_w.View(I), dn_w.View(kHidden), out.p, scratch, 1, kTopK, kExperts, s);
+      Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+    };
+    launched();
+    const DecodeSetup d{b, tp, Rows(gu_w.View(I)), Rows(dn_w.View(kHidden)), h.p, idx.p, act.p, pair_out.p,
+                        Digest(act.p, kTopK * I), Digest(pair_out.p, kTopK * kHidden)};
+    failures += DecodeKernelRow<true, 1, 0>(d) + DecodeKernelRow<true, 2, 0>(d) + DecodeKernelRow<true, 1, 3>(d) +
+                DecodeKernelRow<true, 1, 5>(d);
+    launched();  // down reads routing 0's act
+    failures += DecodeKernelRow<false, 1, 0>(d) + DecodeKernelRow<false, 2, 0>(d) + DecodeKernelRow<false, 4, 0>(d) +
+                DecodeKernelRow<false, 1, 3>(d) + DecodeKernelRow<false, 2, 3>(d) + DecodeKernelRow<false, 4, 3>(d);
+  }
+  return failures;
 }
 
 int Run(Bench& b) {
   const cudaStream_t s = b.stream();
+  int failures = 0;
+  std::vector<std::string> shared_rows;
   const double stream_gbs = b.StreamReadGBs(), wmma = b.WmmaTflops();
   std::printf("\nstream read %.0f GB/s, WMMA FP16 %.0f TFLOP/s (measured here)\n", stream_gbs, wmma);
   std::printf("\n## Routed experts, NVFP4, 512 experts, top-10, H = 2560\n\n"
@@ -116,6 +210,30 @@ int Run(Bench& b) {
         std::printf("| %d | %lld | 1 | %.2f (%.2f) | %.0f | %.1f%% | | | %016llx |\n", tp, static_cast<long long>(I),
                     g.median_us, e.median_us, bytes / (g.median_us * 1e3), 100 * bytes / (g.median_us * 1e3) / stream_gbs,
                     static_cast<unsigned long long>(digest));
+        DeviceArray<__half> shared(kHidden), gate(1);
+        bench::FillHalfKernel<<<16, 256, 0, s>>>(shared.p, kHidden, 8, 4.0f);
+        bench::FillHalfKernel<<<1, 32, 0, s>>>(gate.p, 1, 9, 4.0f);
+        Q38_CUDA_LAUNCHED();
+        const bench::Launch composed = [&](int i, cudaStream_t st) {
+          call(i, st);
+          cuda::AddSigmoidGated(out.p, shared.p, gate.p, 1, 1, kHidden, st);
+        };
+        const bench::Launch fused = [&](int i, cudaStream_t st) {
+          const int r = i % routings;
+          cuda::RoutedExperts(h.p, idx.p + r * T * kTopK, w.p + r * T * kTopK, gate_up.View(I), down.View(kHidden),
+                              out.p, scratch, T, kTopK, kExperts, st, cuda::GatedShared{shared.p, gate.p, 1});
+        };
+        composed(0, s);
+        Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+        const uint64_t want = Digest(out.p, kHidden);
+        fused(0, s);
+        Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+        const bool same = Digest(out.p, kHidden) == want;
+        failures += same ? 0 : 1;
+        char line[256];
+        std::snprintf(line, sizeof line, "| %d | %.2f | %.2f | %s |", tp, b.Graph(iters, composed).median_us,
+                      b.Graph(iters, fused).median_us, same ? "bitwise" : "MISMATCH");
+        shared_rows.emplace_back(line);
       } else {
         std::printf("| %d | %lld | %lld | %.0f (%.0f) | | | %.1f | %.1f%% | %016llx |\n", tp, static_cast<long long>(I),
                     static_cast<long long>(T), g.median_us, e.median_us, flops / (g.median_us * 1e6),
@@ -124,7 +242,12 @@ int Run(Bench& b) {
       std::fflush(stdout);
     }
   }
-  return 0;
+  std::printf("\n## With the gated shared expert, one token\n\nµs per call in a CUDA graph of 40.\n\n"
+              "| TP | RoutedExperts + AddSigmoidGated | shared added in the combine | fused = composed |\n"
+              "|---|---|---|---|\n");
+  for (const std::string& r : shared_rows) std::printf("%s\n", r.c_str());
+  failures += DecodeKernels(b);
+  return failures;
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/wmma_tile.cuh"
 #include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_decode.cuh"
 
 namespace q38::cuda {
 namespace {
@@ -83,148 +84,6 @@ __global__ void __launch_bounds__(kRouterTokensPerBlock * kWarp)
   }
   __syncwarp();
   for (int64_t j = lane; j < k; j += kWarp) w[t * k + j] = __float2half(mine[j] / top);
-}
-
-// The weights of row n of expert e. Dot<kCols> dots columns j..j+kCols-1 (kCols 8 or 16, j a
-// multiple of kCols: four or eight bytes of codes and their one block scale) with kCols FP32
-// inputs, without the per-expert global scale, which Global gives. LoadTile8 writes columns j..j+7 as FP16, also without it
-// (E2M1 × E4M3 has at most 6 significant bits within FP16's normal range, so it is exact).
-// e2m1 is the 16 code values in shared memory: one table read per weight instead of a decode of
-// its bits, which cost about ten instructions per 4-bit weight.
-struct Nvfp4Rows {
-  const uint8_t* codes;
-  const uint8_t* scales;
-  const float* global_a;
-  const float* global_b;
-  int64_t split, N, K;
-  __device__ __forceinline__ float Global(int64_t e, int64_t n) const { return n < split ? global_a[e] : global_b[e]; }
-  template <int kCols>
-  __device__ __forceinline__ float Dot(int64_t e, int64_t n, int64_t j, const float* x, const float* e2m1) const {
-    const int64_t row = e * N + n;
-    const uint8_t* p = codes + row * (K / 2) + j / 2;
-    uint32_t c[kCols / 8];
-    if constexpr (kCols == 16) {
-      const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
-      c[0] = v.x, c[1] = v.y;
-    } else {
-      c[0] = __ldg(reinterpret_cast<const uint32_t*>(p));
-    }
-    const float s = E4m3(__ldg(scales + row * (K / 16) + j / 16));
-    float dot = 0;
-#pragma unroll
-    for (int w = 0; w < kCols / 8; ++w) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) dot += e2m1[(c[w] >> (4 * i)) & 15u] * x[8 * w + i];
-    }
-    return dot * s;
-  }
-  __device__ __forceinline__ void LoadTile8(int64_t e, int64_t n, int64_t j, __half* out) const {
-    const int64_t row = e * N + n;
-    const uint32_t c = __ldg(reinterpret_cast<const uint32_t*>(codes + row * (K / 2) + j / 2));
-    const float s = E4m3(__ldg(scales + row * (K / 16) + j / 16));
-#pragma unroll
-    for (int i = 0; i < 8; ++i) out[i] = __float2half(E2m1(c >> (4 * i)) * s);
-  }
-};
-
-struct DenseRows {
-  const __half* w;
-  int64_t N, K;
-  __device__ __forceinline__ float Global(int64_t, int64_t) const { return 1.0f; }
-  template <int kCols>
-  __device__ __forceinline__ float Dot(int64_t e, int64_t n, int64_t j, const float* x, const float*) const {
-    const uint4* p = reinterpret_cast<const uint4*>(w + (e * N + n) * K + j);
-    float dot = 0;
-#pragma unroll
-    for (int half = 0; half < kCols / 8; ++half) {
-      const uint4 v = __ldg(p + half);
-      const __half2* h = reinterpret_cast<const __half2*>(&v);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = __half22float2(h[i]);
-        dot += f.x * x[8 * half + 2 * i] + f.y * x[8 * half + 2 * i + 1];
-      }
-    }
-    return dot;
-  }
-  __device__ __forceinline__ void LoadTile8(int64_t e, int64_t n, int64_t j, __half* out) const {
-    *reinterpret_cast<uint4*>(out) = __ldg(reinterpret_cast<const uint4*>(w + (e * N + n) * K + j));
-  }
-};
-
-// dot[r] = x (F16 row) · weights row n[r] of expert e, over a group of `group` lanes (a power of
-// two up to 32, aligned within the warp): lane l of the group takes kCols columns at kCols·l,
-// kCols·(l + group), …, so the group's loads of a row are adjacent, and the rows' loads are
-// issued together. Every lane of the warp must call it, with the same group size.
-template <int kRows, int kCols, typename Rows>
-__device__ __forceinline__ void GroupRowDots(const Rows& rows, int64_t e, const int64_t (&n)[kRows], const __half* x,
-                                             int lane, int group, const float* e2m1, float (&dot)[kRows]) {
-  float acc[kRows] = {};
-#pragma unroll 4  // several weight loads in flight per lane
-  for (int64_t j = int64_t{lane} * kCols; j < rows.K; j += int64_t{group} * kCols) {
-    float xf[kCols];
-#pragma unroll
-    for (int i = 0; i < kCols; i += 8) LoadF<8>(x + j + i, xf + i);
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r] += rows.template Dot<kCols>(e, n[r], j, xf, e2m1);
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    for (int o = group / 2; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
-    dot[r] = acc[r] * rows.Global(e, n[r]);
-  }
-}
-
-// Lanes per row group: as many as there are kCols-column runs in K, up to a warp, so that a short
-// K (a TP slice of I) still keeps most lanes busy.
-int RowGroupLanes(int64_t K, int cols) {
-  int group = 1;
-  while (group < kWarp && int64_t{group} * 2 * cols <= K) group *= 2;
-  return group;
-}
-
-// The E2M1 code values in shared memory, for Nvfp4Rows::Dot; every thread of the block waits
-// for them, so call it before any thread leaves.
-__device__ __forceinline__ const float* E2m1Table() {
-  __shared__ float table[16];
-  if (threadIdx.x < 16) table[threadIdx.x] = E2m1(threadIdx.x);
-  __syncthreads();
-  return table;
-}
-
-constexpr int kExpertThreads = 256, kGateUpCols = 16, kDownCols = 8;
-
-// Block (pair p = t·k + j on x, a run of intermediate rows on y): each lane group computes the
-// gate row i and the up row I + i of expert idx[p] and writes silu(gate)·up. Held to 64
-// registers (4 blocks an SM instead of 3): the kernel issues most cycles, and more warps to pick
-// from took a TP1 decode call from 35.7 to 33.9 µs (docs/journal/2026-12-02-runs-u-w.md).
-template <typename Rows>
-__global__ void __launch_bounds__(kExpertThreads, 4) GateUpKernel(const __half* __restrict__ h, const int32_t* __restrict__ idx, Rows rows,
-                             __half* __restrict__ act, int64_t k, int64_t I, int group) {
-  const int64_t pair = blockIdx.x, t = pair / k;
-  const int lane = threadIdx.x % group;
-  const int64_t i = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) / group;
-  const float* e2m1 = E2m1Table();
-  const int64_t row = i < I ? i : I - 1;  // lanes past I repeat the last row: the shuffles need them all
-  float dot[2];
-  GroupRowDots<2, kGateUpCols>(rows, idx[pair], {row, I + row}, h + t * rows.K, lane, group, e2m1, dot);
-  if (i < I && lane == 0) act[pair * I + i] = __float2half(Silu(dot[0]) * dot[1]);
-}
-
-// Block (pair, rows): each lane group computes one output row n of the down projection, in
-// FP32, eight columns a lane step. (At TP1, K = 640: four rows a group with sixteen columns took
-// 23 µs a call, one row with sixteen 22.6, a warp a row with eight 20; the short rows want more
-// lanes busy rather than more loads in flight per lane.)
-template <typename Rows>
-__global__ void DownKernel(const __half* __restrict__ act, const int32_t* __restrict__ idx, Rows rows,
-                           float* __restrict__ pair_out, int group) {
-  const int64_t pair = blockIdx.x;
-  const int lane = threadIdx.x % group;
-  const int64_t n = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) / group;
-  const float* e2m1 = E2m1Table();
-  float dot[1];
-  GroupRowDots<1, kDownCols>(rows, idx[pair], {n < rows.N ? n : rows.N - 1}, act + pair * rows.K, lane, group, e2m1, dot);
-  if (n < rows.N && lane == 0) pair_out[pair * rows.N + n] = dot[0];
 }
 
 // out[t, n] = Σ_j w[t, j] · pair_out[t·k + j, n], in a fixed order; then the gated shared expert
@@ -335,18 +194,21 @@ __global__ void __launch_bounds__(kTileThreads)
   }
 }
 
+// The decode kernels' rows a lane group and runs loaded ahead, as moe_bench's sweep chose them.
+struct DecodeShape {
+  int rows, ahead;
+};
+constexpr DecodeShape kDecodeGateUp{1, 0}, kDecodeDown{2, 0};
+
 template <typename Rows>
 void RunExperts(const __half* h, const int32_t* idx, const __half* w, const Rows& gate_up, const Rows& down,
                 __half* out, ExpertScratch s, int64_t T, int64_t k, int64_t E, cudaStream_t stream,
                 GatedShared shared) {
   const int64_t I = down.K, H = down.N, pairs = T * k;
   if (T <= kPairwiseMaxTokens) {
-    const int gu_group = RowGroupLanes(gate_up.K, kGateUpCols), dn_group = RowGroupLanes(down.K, kDownCols);
-    GateUpKernel<<<dim3(pairs, CeilDiv(I, kExpertThreads / gu_group)), kExpertThreads, 0, stream>>>(
-        h, idx, gate_up, s.act, k, I, gu_group);
+    moe_decode::LaunchGateUp<Rows, kDecodeGateUp.rows, kDecodeGateUp.ahead>(h, idx, gate_up, s.act, pairs, k, stream);
     Q38_CUDA_LAUNCHED();
-    DownKernel<<<dim3(pairs, CeilDiv(H, kExpertThreads / dn_group)), kExpertThreads, 0, stream>>>(
-        s.act, idx, down, s.pair_out, dn_group);
+    moe_decode::LaunchDown<Rows, kDecodeDown.rows, kDecodeDown.ahead>(s.act, idx, down, s.pair_out, pairs, stream);
     Q38_CUDA_LAUNCHED();
   } else {
     const int64_t tiles = CeilDiv(pairs, kTileM) + E;  // bounds Σ_e ⌈count_e / 64⌉
@@ -399,11 +261,11 @@ void RoutedExperts(const __half* h, const int32_t* idx, const __half* w, const E
   CHECK(reinterpret_cast<uintptr_t>(gate_up.codes) % 8 == 0 && reinterpret_cast<uintptr_t>(down.codes) % 8 == 0)
       << "expert codes must be 8-byte aligned";
   if (gate_up.dense != nullptr) {
-    RunExperts(h, idx, w, DenseRows{gate_up.dense, gate_up.N, gate_up.K}, DenseRows{down.dense, down.N, down.K}, out,
+    RunExperts(h, idx, w, moe_decode::DenseRows{gate_up.dense, gate_up.N, gate_up.K}, moe_decode::DenseRows{down.dense, down.N, down.K}, out,
                scratch, T, k, E, stream, shared);
   } else {
-    const Nvfp4Rows gu{gate_up.codes, gate_up.scales, gate_up.global_a, gate_up.global_b, gate_up.split, gate_up.N, gate_up.K};
-    const Nvfp4Rows dn{down.codes, down.scales, down.global_a, down.global_b, down.split, down.N, down.K};
+    const moe_decode::Nvfp4Rows gu{gate_up.codes, gate_up.scales, gate_up.global_a, gate_up.global_b, gate_up.split, gate_up.N, gate_up.K};
+    const moe_decode::Nvfp4Rows dn{down.codes, down.scales, down.global_a, down.global_b, down.split, down.N, down.K};
     RunExperts(h, idx, w, gu, dn, out, scratch, T, k, E, stream, shared);
   }
 }

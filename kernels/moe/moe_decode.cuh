@@ -1,0 +1,270 @@
+// The routed experts' decode kernels (T ≤ kPairwiseMaxTokens): one GEMV per (token, expert) pair
+// for gate/up with SiLU·up fused, and one for down into FP32 per pair. In a header so that
+// kernels/moe/moe_bench.cu can time each kernel and its row counts apart; moe_cuda.cu launches
+// them (RoutedExperts).
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/device_math.cuh"
+
+namespace q38::cuda::moe_decode {
+
+// NVFP4 codes to FP16 with integer operations, two at a time, instead of a table read per code:
+// an E2M1 code's magnitude bits (e1 e0 m) placed at FP16 bits 11..9 (the exponent's two low bits
+// and the mantissa's top bit) make 2⁻¹⁴ × its value, zero and the subnormal 0.5 included, and its
+// sign goes to bit 15. Pair i of a word of eight codes holds code i (low half) and code i + 4.
+template <int kPair>
+__device__ __forceinline__ float2 E2m1PairScaled(uint32_t c) {
+  constexpr int kMag = 9 - 4 * kPair, kSign = 12 - 4 * kPair;
+  const uint32_t mag = kMag >= 0 ? c << kMag : c >> -kMag;
+  const uint32_t bits = (mag & 0x0E000E00u) | ((c << kSign) & 0x80008000u);
+  return __half22float2(*reinterpret_cast<const __half2*>(&bits));
+}
+
+// E4M3 (FN) to FP32 through FP16 the same way: exponent and mantissa (eeee mmm) at FP16 bits
+// 13..7 make 2⁻⁸ × the value, subnormals included; 0x7F/0xFF stay NaN.
+__device__ __forceinline__ float E4m3Scaled(uint32_t b) {
+  if ((b & 0x7Fu) == 0x7Fu) return __uint_as_float(0x7fc00000u);
+  const unsigned short bits = static_cast<unsigned short>(((b & 0x7Fu) << 7) | ((b & 0x80u) << 8));
+  return __half2float(__ushort_as_half(bits));
+}
+
+// An expert projection's weights as both routes read them. At(e, n) is row n of expert e;
+// Load<kCols> reads its columns j..j+kCols-1 (kCols 8 or 16, j a multiple of kCols: four or
+// eight bytes of codes and their one block scale) and Dot dots them with kCols FP32 inputs,
+// without the per-expert global scale, which Global gives, and scaled by 1/kUnscale (decode).
+// LoadTile8 writes columns j..j+7 of row n as FP16, also without it (prefill's WMMA tiles;
+// E2M1 × E4M3 has at most 6 significant bits within FP16's normal range, so it is exact).
+// In Dot the codes come as 2⁻¹⁴ and the block scale as 2⁻⁸ times their values. Powers of two
+// change no rounding here (every product and partial sum stays a normal FP32), so times kUnscale
+// the sum has the bits of the plain Σ code · scale · x in the same order.
+struct Nvfp4Rows {
+  static constexpr float kUnscale = 0x1p22f;
+  const uint8_t* codes;
+  const uint8_t* scales;
+  const float* global_a;
+  const float* global_b;
+  int64_t split, N, K;
+  struct Row {
+    const uint8_t* codes;
+    const uint8_t* scales;
+  };
+  template <int kCols>
+  struct Run {
+    uint32_t c[kCols / 8];
+    uint32_t scale;
+  };
+  __device__ __forceinline__ float Global(int64_t e, int64_t n) const { return n < split ? global_a[e] : global_b[e]; }
+  __device__ __forceinline__ Row At(int64_t e, int64_t n) const {
+    const int64_t row = e * N + n;
+    return {codes + row * (K / 2), scales + row * (K / 16)};
+  }
+  template <int kCols>
+  __device__ __forceinline__ static Run<kCols> Load(const Row& row, int j) {
+    Run<kCols> r;
+    if constexpr (kCols == 16) {
+      const uint2 v = __ldg(reinterpret_cast<const uint2*>(row.codes + j / 2));
+      r.c[0] = v.x, r.c[1] = v.y;
+    } else {
+      r.c[0] = __ldg(reinterpret_cast<const uint32_t*>(row.codes + j / 2));
+    }
+    r.scale = __ldg(row.scales + j / 16);
+    return r;
+  }
+  template <int kCols>
+  __device__ __forceinline__ static float Dot(const Run<kCols>& r, const float* x) {
+    float dot = 0;
+#pragma unroll
+    for (int w = 0; w < kCols / 8; ++w) {
+      const float2 f0 = E2m1PairScaled<0>(r.c[w]), f1 = E2m1PairScaled<1>(r.c[w]), f2 = E2m1PairScaled<2>(r.c[w]),
+                   f3 = E2m1PairScaled<3>(r.c[w]);
+      const float v[8] = {f0.x, f1.x, f2.x, f3.x, f0.y, f1.y, f2.y, f3.y};  // codes 0..7 in column order
+#pragma unroll
+      for (int i = 0; i < 8; ++i) dot += v[i] * x[8 * w + i];
+    }
+    return dot * E4m3Scaled(r.scale);
+  }
+  __device__ __forceinline__ void LoadTile8(int64_t e, int64_t n, int64_t j, __half* out) const {
+    const int64_t row = e * N + n;
+    const uint32_t c = __ldg(reinterpret_cast<const uint32_t*>(codes + row * (K / 2) + j / 2));
+    const float s = E4m3(__ldg(scales + row * (K / 16) + j / 16));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = __float2half(E2m1(c >> (4 * i)) * s);
+  }
+};
+
+struct DenseRows {
+  static constexpr float kUnscale = 1.0f;
+  const __half* w;
+  int64_t N, K;
+  using Row = const __half*;
+  template <int kCols>
+  struct Run {
+    uint4 v[kCols / 8];
+  };
+  __device__ __forceinline__ float Global(int64_t, int64_t) const { return 1.0f; }
+  __device__ __forceinline__ Row At(int64_t e, int64_t n) const { return w + (e * N + n) * K; }
+  template <int kCols>
+  __device__ __forceinline__ static Run<kCols> Load(Row row, int j) {
+    Run<kCols> r;
+#pragma unroll
+    for (int i = 0; i < kCols / 8; ++i) r.v[i] = __ldg(reinterpret_cast<const uint4*>(row + j) + i);
+    return r;
+  }
+  template <int kCols>
+  __device__ __forceinline__ static float Dot(const Run<kCols>& r, const float* x) {
+    float dot = 0;
+#pragma unroll
+    for (int half = 0; half < kCols / 8; ++half) {
+      const __half2* h = reinterpret_cast<const __half2*>(&r.v[half]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __half22float2(h[i]);
+        dot += f.x * x[8 * half + 2 * i] + f.y * x[8 * half + 2 * i + 1];
+      }
+    }
+    return dot;
+  }
+  __device__ __forceinline__ void LoadTile8(int64_t e, int64_t n, int64_t j, __half* out) const {
+    *reinterpret_cast<uint4*>(out) = __ldg(reinterpret_cast<const uint4*>(w + (e * N + n) * K + j));
+  }
+};
+
+// dot[r] = x (F16 row) · weights row n[r] of expert e, over a group of `group` lanes (a power of
+// two up to 32, aligned within the warp): lane l of the group takes kCols columns at kCols·l,
+// kCols·(l + group), …, so the group's loads of a row are adjacent; x is read and converted once
+// for all kRows rows, and the rows' loads are issued together. With kAhead > 0 a lane issues the
+// loads of its first kAhead runs of every row before its first product, so that a short row
+// costs one memory round trip; runs past those stream. The sum's order is the same either way.
+// Every lane of the warp must call it, with the same group size.
+template <int kRows, int kCols, int kAhead, typename Rows>
+__device__ __forceinline__ void GroupRowDots(const Rows& rows, int64_t e, const int64_t (&n)[kRows], const __half* x,
+                                             int lane, int group, float (&dot)[kRows]) {
+  typename Rows::Row at[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) at[r] = rows.At(e, n[r]);
+  float acc[kRows] = {};
+  const int K = static_cast<int>(rows.K), step = group * kCols;
+  int j = lane * kCols;
+  if constexpr (kAhead > 0) {
+    typename Rows::template Run<kCols> w[kAhead][kRows];
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (j + u * step < K) w[u][r] = Rows::template Load<kCols>(at[r], j + u * step);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      if (j + u * step < K) {
+        float xf[kCols];
+#pragma unroll
+        for (int i = 0; i < kCols; i += 8) LoadF<8>(x + j + u * step + i, xf + i);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) acc[r] += Rows::Dot(w[u][r], xf);
+      }
+    }
+    j += kAhead * step;
+  }
+#pragma unroll 2
+  for (; j < K; j += step) {
+    float xf[kCols];
+#pragma unroll
+    for (int i = 0; i < kCols; i += 8) LoadF<8>(x + j + i, xf + i);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r] += Rows::Dot(Rows::template Load<kCols>(at[r], j), xf);
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    for (int o = group / 2; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    dot[r] = acc[r] * Rows::kUnscale * rows.Global(e, n[r]);
+  }
+}
+
+// Lanes per row group: as many as there are kCols-column runs in K, up to a warp, so that a short
+// K (a TP slice of I) still keeps most lanes busy.
+inline int RowGroupLanes(int64_t K, int cols) {
+  int group = 1;
+  while (group < kWarp && int64_t{group} * 2 * cols <= K) group *= 2;
+  return group;
+}
+
+constexpr int kThreads = 256, kGateUpCols = 16, kDownCols = 8;
+
+// Block (pair p = t·k + j on x, a run of intermediate rows on y): each lane group computes kRows
+// gate rows i and the up rows I + i of expert idx[p] and writes silu(gate)·up. One row is held to
+// 64 registers (4 blocks an SM instead of 3): the kernel issues most cycles, and more warps to
+// pick from took a TP1 decode call from 35.7 to 33.9 µs (docs/journal/2026-12-02-runs-u-w.md);
+// more rows, or more runs loaded ahead, need more registers than that.
+template <typename Rows, int kRows, int kAhead>
+__global__ void __launch_bounds__(kThreads, kRows == 1 && kAhead <= 3 ? 4 : 3)
+    GateUpKernel(const __half* __restrict__ h, const int32_t* __restrict__ idx, Rows rows, __half* __restrict__ act,
+                 int64_t k, int64_t I, int group) {
+  const int64_t pair = blockIdx.x, t = pair / k;
+  const int lane = threadIdx.x % group;
+  const int64_t i0 = ((static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) / group) * kRows;
+  int64_t n[2 * kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t row = i0 + r < I ? i0 + r : I - 1;  // lanes past I repeat the last row: the shuffles need them all
+    n[r] = row;
+    n[kRows + r] = I + row;
+  }
+  float dot[2 * kRows];
+  GroupRowDots<2 * kRows, kGateUpCols, kAhead>(rows, idx[pair], n, h + t * rows.K, lane, group, dot);
+  if (lane != 0) return;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    if (i0 + r < I) act[pair * I + i0 + r] = __float2half(Silu(dot[r]) * dot[kRows + r]);
+  }
+}
+
+// Block (pair, rows): each lane group computes kRows output rows n of the down projection, in
+// FP32, eight columns a lane step. (At TP1, K = 640, one row a group: four rows with sixteen
+// columns took 23 µs a call, one row with sixteen 22.6, a warp a row with eight 20; the short rows
+// want more lanes busy rather than more loads in flight per lane.)
+template <typename Rows, int kRows, int kAhead>
+__global__ void __launch_bounds__(kThreads)
+    DownKernel(const __half* __restrict__ act, const int32_t* __restrict__ idx, Rows rows,
+               float* __restrict__ pair_out, int group) {
+  const int64_t pair = blockIdx.x;
+  const int lane = threadIdx.x % group;
+  const int64_t n0 = ((static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) / group) * kRows;
+  int64_t n[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) n[r] = n0 + r < rows.N ? n0 + r : rows.N - 1;
+  float dot[kRows];
+  GroupRowDots<kRows, kDownCols, kAhead>(rows, idx[pair], n, act + pair * rows.K, lane, group, dot);
+  if (lane != 0) return;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    if (n0 + r < rows.N) pair_out[pair * rows.N + n0 + r] = dot[r];
+  }
+}
+
+// act [pairs, I] from h: kRows gate rows (and their up rows) a lane group, kAhead runs of each
+// loaded before the first product.
+template <typename Rows, int kRows, int kAhead>
+void LaunchGateUp(const __half* h, const int32_t* idx, const Rows& gate_up, __half* act, int64_t pairs, int64_t k,
+                  cudaStream_t stream) {
+  const int64_t I = gate_up.N / 2;
+  const int group = RowGroupLanes(gate_up.K, kGateUpCols);
+  GateUpKernel<Rows, kRows, kAhead><<<dim3(pairs, CeilDiv(I, kThreads / group * kRows)), kThreads, 0, stream>>>(
+      h, idx, gate_up, act, k, I, group);
+}
+
+// pair_out [pairs, H] from act, likewise.
+template <typename Rows, int kRows, int kAhead>
+void LaunchDown(const __half* act, const int32_t* idx, const Rows& down, float* pair_out, int64_t pairs,
+                cudaStream_t stream) {
+  const int group = RowGroupLanes(down.K, kDownCols);
+  DownKernel<Rows, kRows, kAhead><<<dim3(pairs, CeilDiv(down.N, kThreads / group * kRows)), kThreads, 0, stream>>>(
+      act, idx, down, pair_out, group);
+}
+
+}  // namespace q38::cuda::moe_decode
