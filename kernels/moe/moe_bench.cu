@@ -91,9 +91,6 @@ uint64_t Digest(const __half* d, int64_t n) { return DigestAs<uint16_t>(d, n); }
 uint64_t Digest(const float* d, int64_t n) { return DigestAs<uint32_t>(d, n); }
 
 using Nvfp4 = cuda::moe_decode::Nvfp4Rows;
-Nvfp4 Rows(const cuda::ExpertProjection& p) {
-  return {p.codes, p.scales, p.global_a, p.global_b, p.split, p.N, p.K};
-}
 
 // What the decode kernels read and write at one TP, and the bits of RoutedExperts' act and
 // pair_out for routing 0.
@@ -159,7 +156,7 @@ int DecodeKernels(Bench& b) {
       Q38_CUDA_CHECK(cudaStreamSynchronize(s));
     };
     launched();
-    const DecodeSetup d{b, tp, Rows(gu_w.View(I)), Rows(dn_w.View(kHidden)), h.p, idx.p, act.p, pair_out.p,
+    const DecodeSetup d{b, tp, Nvfp4::Of(gu_w.View(I)), Nvfp4::Of(dn_w.View(kHidden)), h.p, idx.p, act.p, pair_out.p,
                         Digest(act.p, kTopK * I), Digest(pair_out.p, kTopK * kHidden)};
     failures += DecodeKernelRow<true, 1, 0>(d) + DecodeKernelRow<true, 2, 0>(d) + DecodeKernelRow<true, 1, 3>(d) +
                 DecodeKernelRow<true, 1, 5>(d);

@@ -275,12 +275,11 @@ void RoutedExperts(const __half* h, const int32_t* idx, const __half* w, const E
   CHECK(reinterpret_cast<uintptr_t>(gate_up.codes) % 8 == 0 && reinterpret_cast<uintptr_t>(down.codes) % 8 == 0)
       << "expert codes must be 8-byte aligned";
   if (gate_up.dense != nullptr) {
-    RunExperts(h, idx, w, moe_decode::DenseRows{gate_up.dense, gate_up.N, gate_up.K}, moe_decode::DenseRows{down.dense, down.N, down.K}, out,
-               scratch, T, k, E, stream, shared);
+    RunExperts(h, idx, w, moe_decode::DenseRows::Of(gate_up), moe_decode::DenseRows::Of(down), out, scratch, T, k, E,
+               stream, shared);
   } else {
-    const moe_decode::Nvfp4Rows gu{gate_up.codes, gate_up.scales, gate_up.global_a, gate_up.global_b, gate_up.split, gate_up.N, gate_up.K};
-    const moe_decode::Nvfp4Rows dn{down.codes, down.scales, down.global_a, down.global_b, down.split, down.N, down.K};
-    RunExperts(h, idx, w, gu, dn, out, scratch, T, k, E, stream, shared);
+    RunExperts(h, idx, w, moe_decode::Nvfp4Rows::Of(gate_up), moe_decode::Nvfp4Rows::Of(down), out, scratch, T, k, E,
+               stream, shared);
   }
 }
 

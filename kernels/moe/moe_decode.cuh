@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/moe/moe_cuda.h"
 
 namespace q38::cuda::moe_decode {
 
@@ -49,6 +50,9 @@ struct Nvfp4Rows {
   const float* global_a;
   const float* global_b;
   int64_t split, N, K;
+  static Nvfp4Rows Of(const ExpertProjection& p) {
+    return {p.codes, p.scales, p.global_a, p.global_b, p.split, p.N, p.K};
+  }
   struct Row {
     const uint8_t* codes;
     const uint8_t* scales;
@@ -101,6 +105,7 @@ struct DenseRows {
   static constexpr float kUnscale = 1.0f;
   const __half* w;
   int64_t N, K;
+  static DenseRows Of(const ExpertProjection& p) { return {p.dense, p.N, p.K}; }
   using Row = const __half*;
   template <int kCols>
   struct Run {
