@@ -7,7 +7,7 @@
 # runs where the sources build: CTest's Sm70Legality.)
 # Runs from the repository root on binaries packed by scripts/pack-gpu-run.sh (nothing is built
 # here); $OUT (default out/gpu) ends with summary.txt and results.tar.xz, which holds the rest:
-# tests.log, bench.log, linear-bench.log, hc_bench.log, logits_bench.log, moe_bench.log, gdn_bench.log, rope_bench.log, nvidia-smi.txt, the evaluation's and the full-size run's
+# tests.log, bench.log, linear-bench.log, hc_bench.log, logits_bench.log, moe_bench.log, gdn_bench.log, rope_bench.log, attention_bench.log, nvidia-smi.txt, the evaluation's and the full-size run's
 # files, the profiles.
 # Scratch files (checkpoints, one test's log) stay outside $OUT, so that a run cut off before the
 # archive still leaves fewer files there than the device tool brings back.
@@ -83,9 +83,9 @@ sed -n '/^ceilings/,$p' "$out/linear-bench.log" | sed 's/^/    /' | tee -a "$sum
 # The fused ops' lab benches: the hyper-connection pre step (five kernels against two), the
 # greedy token (the logits to the host against ArgMax on the device), the routed experts
 # (decode and prefill, and the shared expert added in their combine), the GDN layer's four
-# kernels, and attention's per-head norm and rotation (seven kernels against three), at
-# full-size shapes.
-for bench in hc_bench logits_bench moe_bench gdn_bench rope_bench; do
+# kernels, attention's per-head norm and rotation (seven kernels against three), and decode
+# attention with its merge of the splits (against the merge before), at full-size shapes.
+for bench in hc_bench logits_bench moe_bench gdn_bench rope_bench attention_bench; do
   start=$SECONDS
   timeout 120 "$packed/bin/$bench" > "$out/$bench.log" 2>&1
   rc=$?

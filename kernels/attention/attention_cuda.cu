@@ -313,10 +313,13 @@ void SelectedAttention(const __half* q, const __half* kcache, const __half* vcac
       LOG(FATAL) << "head_dim " << d.head_dim << " has no attention kernel (32, 64, 128, 256)";
   }
   Q38_CUDA_LAUNCHED();
-  if (splits > 1) {
-    AttentionCombineKernel<<<T * d.q_heads, 128, 3 * splits * sizeof(float), stream>>>(scratch, o, d.head_dim, splits);
-    Q38_CUDA_LAUNCHED();
-  }
+  if (splits > 1) AttentionMerge(scratch, o, T, d.q_heads, d.head_dim, splits, stream);
+}
+
+void AttentionMerge(const float* part, __half* o, int64_t T, int64_t q_heads, int64_t head_dim, int64_t splits,
+                    cudaStream_t stream) {
+  AttentionCombineKernel<<<T * q_heads, 128, 3 * splits * sizeof(float), stream>>>(part, o, head_dim, splits);
+  Q38_CUDA_LAUNCHED();
 }
 
 }  // namespace q38::cuda

@@ -25,6 +25,11 @@ struct SelectedAttentionDims {
 // Splits of the attended tokens for T queries, and the F32 scratch they need.
 int64_t AttentionSplits(int64_t T, const SelectedAttentionDims& d);
 int64_t AttentionScratchFloats(int64_t T, const SelectedAttentionDims& d);
+// Merges the splits' partial results in part [T·q_heads, splits, head_dim + 2] (each split's
+// maximum, sum, then its unnormalized output) into o [T, q_heads·head_dim]; SelectedAttention runs
+// it after its split kernel (attention_bench times it alone).
+void AttentionMerge(const float* part, __half* o, int64_t T, int64_t q_heads, int64_t head_dim, int64_t splits,
+                    cudaStream_t stream);
 // head_dim 32, 64, 128 or 256.
 void SelectedAttention(const __half* q, const __half* kcache, const __half* vcache, const int32_t* sel,
                        const int64_t* positions, __half* o, float* scratch, int64_t T,

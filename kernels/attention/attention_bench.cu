@@ -1,0 +1,117 @@
+// Lab bench of decode attention on one GPU (kernels/testing/bench_timing.h): one token at the
+// full-size per-rank shapes of TP1, TP2 and TP4 (24/12/6 query heads and 2/1/1 KV heads of 256,
+// 512 selected blocks of 4 tokens at position 8,191: 2,048 attended tokens in 33 splits), each of
+// a decode step's 12 layers on its own key and value cache. µs per layer in a CUDA graph of 12:
+// cuda::SelectedAttention whole, and its merge of the splits alone against the merge as it stood
+// before (one dependent load per split, three passes; kept here as "v0"), whose output is checked
+// bitwise against the merge of now; the exit status is 1 if it differs.
+// Usage: attention_bench
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "kernels/attention/attention_cuda.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/testing/bench_timing.h"
+#include "kernels/testing/device_array.cuh"
+
+namespace q38 {
+namespace {
+
+using bench::Bench;
+using bench::DeviceArray;
+using bench::FillHalfKernel;
+using bench::Timing;
+
+constexpr int64_t kHeadDim = 256, kRatio = 4, kMaxBlocks = 512, kPosition = 8191, kSlots = 8192, kLayers = 12;
+
+// The merge before 2fc4022: every thread reads the splits' maxima and sums from global memory,
+// one dependent load per split in each of three loops.
+__global__ void MergeV0Kernel(const float* __restrict__ part, __half* __restrict__ o, int64_t dh, int64_t splits) {
+  const float* pp = part + static_cast<int64_t>(blockIdx.x) * splits * (dh + 2);
+  float M = -INFINITY;
+  for (int64_t s = 0; s < splits; ++s) M = fmaxf(M, pp[s * (dh + 2)]);
+  float L = 0;
+  for (int64_t s = 0; s < splits; ++s) {
+    const float ms = pp[s * (dh + 2)];
+    if (ms != -INFINITY) L += pp[s * (dh + 2) + 1] * __expf(ms - M);
+  }
+  for (int64_t c = threadIdx.x; c < dh; c += blockDim.x) {
+    float a = 0;
+    for (int64_t s = 0; s < splits; ++s) {
+      const float ms = pp[s * (dh + 2)];
+      if (ms != -INFINITY) a += pp[s * (dh + 2) + 2 + c] * __expf(ms - M);
+    }
+    o[static_cast<int64_t>(blockIdx.x) * dh + c] = __float2half(a / L);
+  }
+}
+
+// The selected blocks: 512 distinct ids below the 2,048 complete blocks of position 8,191.
+__global__ void FillSelectionKernel(int32_t* sel) {
+  const int i = threadIdx.x + blockIdx.x * blockDim.x;
+  if (i < kMaxBlocks) sel[i] = (i * 4 + i / 128) % 2048;
+}
+
+std::vector<uint16_t> Bits(const __half* d, int64_t n) {
+  std::vector<uint16_t> h(n);
+  Q38_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+int Run(Bench& b) {
+  const cudaStream_t s = b.stream();
+  int failures = 0;
+  std::printf("\n## Decode attention, one token at position 8,191 (2,048 attended tokens)\n\n"
+              "µs per layer in a CUDA graph of 12 layers.\n\n"
+              "| TP | q heads | splits | SelectedAttention | merge v0 | merge now | v0 / now | same bits |\n"
+              "|---|---|---|---|---|---|---|---|\n");
+  for (int tp : {1, 2, 4}) {
+    const cuda::SelectedAttentionDims d{24 / tp, tp == 1 ? 2 : 1, kHeadDim, kRatio, kMaxBlocks};
+    const int64_t splits = cuda::AttentionSplits(1, d), scratch_floats = cuda::AttentionScratchFloats(1, d);
+    const int64_t cache = kSlots * d.kv_heads * kHeadDim, width = d.q_heads * kHeadDim;
+    DeviceArray<__half> q(width), k(kLayers * cache), v(kLayers * cache), o(width), o_v0(width);
+    DeviceArray<float> part(kLayers * scratch_floats);
+    DeviceArray<int32_t> sel(kMaxBlocks);
+    DeviceArray<int64_t> position(1);
+    FillHalfKernel<<<16, 256, 0, s>>>(q.p, width, 1, 1.0f);
+    FillHalfKernel<<<1024, 256, 0, s>>>(k.p, kLayers * cache, 2, 1.0f);
+    FillHalfKernel<<<1024, 256, 0, s>>>(v.p, kLayers * cache, 3, 1.0f);
+    FillSelectionKernel<<<2, 256, 0, s>>>(sel.p);
+    Q38_CUDA_LAUNCHED();
+    const int64_t pos = kPosition;
+    Q38_CUDA_CHECK(cudaMemcpyAsync(position.p, &pos, sizeof pos, cudaMemcpyHostToDevice, s));
+    const auto attend = [&](int i, cudaStream_t st) {
+      const int layer = i % kLayers;
+      cuda::SelectedAttention(q.p, k.p + layer * cache, v.p + layer * cache, sel.p, position.p, o.p,
+                              part.p + layer * scratch_floats, 1, d, st);
+    };
+    for (int i = 0; i < kLayers; ++i) attend(i, s);  // every layer's partial results, for the merges alone
+    Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+    const auto merge_v0 = [&](int i, cudaStream_t st) {
+      MergeV0Kernel<<<d.q_heads, 128, 0, st>>>(part.p + (i % kLayers) * scratch_floats, o_v0.p, kHeadDim, splits);
+    };
+    const auto merge = [&](int i, cudaStream_t st) {
+      cuda::AttentionMerge(part.p + (i % kLayers) * scratch_floats, o.p, 1, d.q_heads, kHeadDim, splits, st);
+    };
+    merge_v0(kLayers - 1, s);
+    Q38_CUDA_LAUNCHED();
+    merge(kLayers - 1, s);
+    Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+    const bool same = Bits(o.p, width) == Bits(o_v0.p, width);
+    failures += same ? 0 : 1;
+    const Timing whole = b.Graph(kLayers, attend), tv0 = b.Graph(kLayers, merge_v0), now = b.Graph(kLayers, merge);
+    std::printf("| %d | %lld | %lld | %.2f | %.2f | %.2f | %.2f× | %s |\n", tp, static_cast<long long>(d.q_heads),
+                static_cast<long long>(splits), whole.median_us, tv0.median_us, now.median_us,
+                tv0.median_us / now.median_us, same ? "yes" : "NO");
+    std::fflush(stdout);
+  }
+  return failures;
+}
+
+}  // namespace
+}  // namespace q38
+
+int main() { return q38::bench::BenchMain("attention_bench", "merge of now = v0", q38::Run); }
