@@ -7,7 +7,6 @@
 // posted s + 1, which each does only after it has finished reading s, so bank s % 2 is free again.
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -18,12 +17,12 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "worker/comm/communicator.h"
+#include "worker/comm/peer_process.h"
 
 namespace q38 {
 namespace {
@@ -51,17 +50,6 @@ size_t SegmentBytes(int world, size_t slot_bytes) {
 
 long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
-}
-
-// A process that exited, or one that exited and is not yet reaped.
-bool Gone(int32_t pid) {
-  if (pid <= 0) return false;
-  if (kill(pid, 0) != 0) return errno == ESRCH;
-  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-  std::string line;
-  std::getline(stat, line);
-  const size_t close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
 }
 
 class ShmCommunicator final : public Communicator {
@@ -161,7 +149,7 @@ class ShmCommunicator final : public Communicator {
         }
         w.sleepers.fetch_sub(1, std::memory_order_seq_cst);
         if (reached()) break;
-        if (Gone(w.pid.load())) {
+        if (ProcessGone(w.pid.load())) {
           failed_ = true;
           return absl::UnavailableError(absl::StrCat("shm ", what, ": rank ", r, " (pid ", w.pid.load(), ") exited"));
         }
