@@ -1,5 +1,6 @@
 // What one rank runs on: its backend and the communicator that joins it to the other ranks.
-// CPU ranks use the CPU backend with shared memory or Gloo over TCP; CUDA ranks use one GPU each with NCCL.
+// CPU ranks use the CPU backend with shared memory or Gloo over TCP; CUDA ranks use a GPU each (or
+// share one) with CUDA IPC or NCCL, by the route the GPUs allow (worker/comm/cuda_group.h).
 #pragma once
 
 #include <memory>
@@ -21,6 +22,7 @@ struct RankDeviceOptions {
   std::string group = "q38";
   int timeout_ms = 10000;
   std::string cpu_comm = "shm";  // CPU ranks: shm (shared memory, one host) or gloo (TCP)
+  std::string cuda_comm = "auto";  // CUDA ranks: auto (by the GPUs), ipc or nccl
   CpuMath cpu_math = CpuMath::kFast;
   int cpu_threads = 0;  // threads of the fast CPU backend; 0: this host's cores shared out over the world
 };

@@ -2,7 +2,7 @@
 #include "common/status.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "worker/comm/host_staged.h"
-#include "worker/comm/nccl.h"
+#include "worker/comm/cuda_group.h"
 #include "worker/rank_device.h"
 
 namespace q38 {
@@ -12,8 +12,14 @@ absl::StatusOr<RankDevice> OpenCudaRank(const RankDeviceOptions& o) {
   RankDevice d;
   d.comm = MakeSoloCommunicator();
   if (o.world > 1) {
-    ASSIGN_OR_RETURN(d.comm, ConnectNccl({.rank = o.rank, .size = o.world, .store_dir = o.rendezvous,
-                                          .prefix = o.group, .timeout_ms = o.timeout_ms, .stream = backend->stream()}));
+    // The ranks of one host meet in shared memory first: that is where they learn each other's
+    // GPUs and take a route (worker/comm/cuda_group.h), and where host broadcasts go.
+    ASSIGN_OR_RETURN(std::unique_ptr<Communicator> host,
+                     ConnectSharedMemory({.rank = o.rank, .size = o.world, .store_dir = o.rendezvous,
+                                          .prefix = o.group + ".host", .timeout_ms = o.timeout_ms, .slot_bytes = 4096}));
+    ASSIGN_OR_RETURN(d.comm, ConnectCudaGroup(std::move(host), {.store_dir = o.rendezvous, .prefix = o.group,
+                                                                .timeout_ms = o.timeout_ms, .stream = backend->stream(),
+                                                                .route = o.cuda_comm}));
   }
   const CudaDeviceInfo& info = backend->device();
   d.description = absl::StrCat("cuda:", info.ordinal, " ", info.name, " ", info.uuid);

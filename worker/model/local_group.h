@@ -1,6 +1,6 @@
 // A tensor-parallel group inside one process: one thread per rank, each with its own backend and
-// weight shard: CPU ranks joined by in-process collectives, or one GPU per rank joined by NCCL
-// (or, for tests with one GPU, every rank on one GPU joined through host memory).
+// weight shard: CPU ranks joined by in-process collectives, or CUDA ranks (a GPU each, or several
+// on one) joined by CUDA IPC or NCCL, or for tests through host memory.
 // The model runner, the benchmark and the tests use it; servers run one rank per process instead.
 #pragma once
 
@@ -28,10 +28,15 @@ struct LocalGroupOptions {
   // In-process CPU ranks: their backend (default: the FP32 CPU backend). The precision study runs
   // the FP16-contract emulation sharded with it.
   std::function<std::unique_ptr<Backend>()> cpu_backend;
-  // CUDA ranks: "nccl", or "host": every rank on GPU gpus[0] (default 0), collectives staged
-  // through host memory (worker/comm/host_staged.h), without the decode graph. NCCL refuses two
-  // ranks on one GPU; this runs the sharded model where one GPU is all there is.
-  std::string cuda_comm = "nccl";
+  // CUDA ranks: "auto" (the route the server's workers take: CUDA IPC where ranks share a GPU or
+  // reach each other's, NCCL otherwise; worker/comm/cuda_group.h), "ipc" or "nccl" to insist on one;
+  // or "host": every rank on GPU gpus[0] (default 0), collectives staged through host memory
+  // (worker/comm/host_staged.h), without the decode graph, the sums as IPC's bit for bit.
+  std::string cuda_comm = "auto";
+  // Ranks 1.. in processes of their own, forked before this process starts a thread or a GPU (as
+  // the server's workers run: CUDA ranks on one GPU must be processes); rank 0 runs in this process,
+  // so what fn keeps of rank 0 stays here. Not for in-process CPU groups or host staging.
+  bool processes = false;
   ModelOptions model;
 };
 

@@ -115,7 +115,7 @@ const Reference& ReferenceFor(Case which) {
 // How one configuration runs on GPUs. Only eager runs can observe or steer their decisions.
 struct GpuRun {
   int tp = 1;
-  std::string comm = "nccl";  // or "host": every rank on one GPU
+  std::string comm = "auto";  // LocalGroupOptions::cuda_comm; "host": every rank on one GPU
   bool graph = true;
   DecisionRecorder* record = nullptr;
   const Decisions* follow = nullptr;
@@ -246,7 +246,7 @@ class TinyOnGpu : public ::testing::Test {
 
   // Every configuration runs free, as served but eagerly (DecodeGraphReplaysEqualEagerSteps ties
   // the graph to it bitwise), and deciding as FP32.
-  static void ExpectAgreement(int tp, const std::string& comm = "nccl") {
+  static void ExpectAgreement(int tp, const std::string& comm = "auto") {
     // The trained model first: a rerun under a slow checker (scripts/gpu-run.sh) reaches it.
     for (Case c : {Case::kTrained, Case::kTinyDense, Case::kTinySparse}) {
       const Reference& ref = ReferenceFor(c);
@@ -290,12 +290,12 @@ TEST_F(TinyOnGpu, GreedyTokenEqualsHostGreedyThroughTheGraph) {
   if (Gpus() < 1) GTEST_SKIP() << "no GPU";
   for (Case c : {Case::kTrained, Case::kTinyDense}) {
     const Reference& ref = ReferenceFor(c);
-    for (const std::string comm : {"nccl", "host"}) {
+    for (const std::string comm : {"auto", "host"}) {
       const int tp = comm == "host" ? 2 : 1;
       LocalGroupOptions o;
       o.device = "cuda";
       o.cuda_comm = comm;
-      o.model.decode_graph = comm == "nccl";
+      o.model.decode_graph = comm == "auto";
       int64_t checked = 0;
       const absl::Status s = RunLocalGroup(ref.config, *ref.store, tp, [&](Model& m) -> absl::Status {
         SequenceState state = m.NewSequence(256);
@@ -344,8 +344,8 @@ TEST_F(TinyOnGpu, DecodeGraphReplaysEqualEagerSteps) {
       const Reference& ref = ReferenceFor(c);
       const std::string what = "TP" + std::to_string(tp) + " " + Name(c);
       DecisionRecorder decisions;
-      const std::vector<float> graph = OnGpus(ref, {tp, "nccl", true})[0].logits;
-      const std::vector<float> eager = OnGpus(ref, {tp, "nccl", false, &decisions})[0].logits;
+      const std::vector<float> graph = OnGpus(ref, {tp, "auto", true})[0].logits;
+      const std::vector<float> eager = OnGpus(ref, {tp, "auto", false, &decisions})[0].logits;
       ASSERT_EQ(graph.size(), eager.size()) << what;
       int64_t differing = 0;
       for (size_t i = 0; i < graph.size(); ++i) differing += std::memcmp(&graph[i], &eager[i], sizeof(float)) != 0;

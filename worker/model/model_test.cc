@@ -351,6 +351,26 @@ TEST_F(TinyModel, SharedMemoryGroupIsBitwiseTheInProcessGroup) {
   ExpectBitwiseTheDefaultGroup(Open(dir_->path()), Prompt(), 4, shm);
 }
 
+// Ranks 1.. as processes of their own, as the server's workers are: the same bits as threads.
+TEST_F(TinyModel, RanksAsProcessesAreBitwiseTheInProcessGroup) {
+  LocalGroupOptions processes;
+  processes.cpu_comm = "shm";
+  processes.processes = true;
+  ExpectBitwiseTheDefaultGroup(Open(dir_->path()), Prompt(), 4, processes);
+  // A rank process that fails makes the group fail, naming it.
+  const Loaded l = Open(dir_->path());
+  const absl::Status s = RunLocalGroup(l.config, *l.store, 2, [](Model& m) -> absl::Status {
+    return m.comm().rank() == 1 ? absl::DataLossError("bad shard") : absl::OkStatus();
+  }, processes);
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_NE(s.message().find("rank 1: rank process"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("exited with 1"), std::string::npos) << s;
+  LocalGroupOptions in_process;
+  in_process.processes = true;
+  EXPECT_TRUE(absl::IsInvalidArgument(RunLocalGroup(l.config, *l.store, 2, [](Model&) { return absl::OkStatus(); },
+                                                    in_process)));
+}
+
 // Threads inside a fast CPU rank split its products by rows: no bit changes.
 TEST_F(TinyModel, ThreadsInsideARankChangeNoBit) {
   LocalGroupOptions threaded;
@@ -384,7 +404,7 @@ TEST_F(TinyModel, LocalGroupRefusesOptionsThatCannotWork) {
   o.device = "cuda";
   o.cuda_comm = "shm";
   EXPECT_EQ(RunLocalGroup(l.config, *l.store, 2, never, o).ToString(),
-            "INVALID_ARGUMENT: cuda_comm: expected nccl or host, got shm");
+            "INVALID_ARGUMENT: cuda_comm: expected auto, ipc, nccl or host, got shm");
   o.cuda_comm = "host";
   o.model.decode_graph = true;
   EXPECT_EQ(RunLocalGroup(l.config, *l.store, 2, never, o).ToString(),
