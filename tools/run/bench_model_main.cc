@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/status.h"
@@ -49,6 +50,10 @@ absl::Status Main() {
   std::vector<int32_t> prompt(P);
   for (int64_t i = 0; i < P; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 13) % config.vocab_size);
   ASSIGN_OR_RETURN(LocalGroupOptions group, LocalGroupOptionsFromFlags());
+  // CUDA does not survive a fork: the ranks of a second group would be forked from a process with a GPU.
+  if (group.processes && group.device == "cuda" && absl::StrContains(absl::GetFlag(FLAGS_tp), ',')) {
+    return absl::InvalidArgumentError("--processes with --device cuda: one TP size a run");
+  }
   nlohmann::json report = {{"model", dir.empty() ? "synthetic:" + synthetic : dir},
                            {"synthetic_weights", !synthetic.empty()},
                            {"device", group.device}, {"decode_graph", group.model.decode_graph}, {"prompt_tokens", P}, {"decode_tokens", D}, {"repeats", repeats}, {"runs", nlohmann::json::array()}};

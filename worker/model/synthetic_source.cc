@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/splitmix64.h"
+#include "worker/model/host_shared_table.h"
 
 namespace q38 {
 
@@ -57,7 +58,8 @@ absl::StatusOr<Nvfp4ExpertWeights> SyntheticSource::Nvfp4Routed(const Nvfp4Exper
 }
 
 // One shard of every row, FP8 bytes of moderate magnitude, filled by all cores (the release's
-// table is 51 GB).
+// table is 51 GB) once per host: every rank process of the host maps the same memory
+// (host_shared_table.h), or, where that cannot be had, fills its own.
 absl::StatusOr<PleTable> SyntheticSource::NgramTable(const std::vector<const TensorSpec*>& shards, const TensorSpec&) {
   PleTable t;
   t.rows_per_shard = shards[0]->shape[0] * static_cast<int64_t>(shards.size());
@@ -65,17 +67,25 @@ absl::StatusOr<PleTable> SyntheticSource::NgramTable(const std::vector<const Ten
   t.dtype = DType::kF8E4M3;
   t.scale = 0.05f;
   const size_t bytes = static_cast<size_t>(t.rows_per_shard) * t.row_width;
-  std::shared_ptr<uint8_t[]> memory(new uint8_t[bytes]);
-  uint8_t* data = memory.get();
-  const unsigned n = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> fill;
-  for (unsigned k = 0; k < n; ++k) {
-    fill.emplace_back([=] {
-      for (size_t i = bytes * k / n; i < bytes * (k + 1) / n; ++i) data[i] = SyntheticScaleByte(7, i) ^ (i & 0x80);
-    });
+  const auto fill = [bytes](uint8_t* data) {
+    const unsigned n = std::max(1u, std::thread::hardware_concurrency());
+    std::vector<std::thread> fill;
+    for (unsigned k = 0; k < n; ++k) {
+      fill.emplace_back([=] {
+        for (size_t i = bytes * k / n; i < bytes * (k + 1) / n; ++i) data[i] = SyntheticScaleByte(7, i) ^ (i & 0x80);
+      });
+    }
+    for (auto& th : fill) th.join();
+  };
+  std::shared_ptr<const uint8_t> memory;
+  if (absl::StatusOr<HostSharedTable> shared = MapHostSharedTable("synthetic-ngram-v1", bytes, fill); shared.ok()) {
+    memory = shared->data;
+  } else {
+    std::shared_ptr<uint8_t[]> own(new uint8_t[bytes]);
+    fill(own.get());
+    memory = std::shared_ptr<const uint8_t>(own, own.get());
   }
-  for (auto& th : fill) th.join();
-  t.shards = {data};
+  t.shards = {memory.get()};
   t.owner = std::move(memory);
   return t;
 }
