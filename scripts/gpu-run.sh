@@ -7,7 +7,7 @@
 # runs where the sources build: CTest's Sm70Legality.)
 # Runs from the repository root on binaries packed by scripts/pack-gpu-run.sh (nothing is built
 # here); $OUT (default out/gpu) ends with summary.txt and results.tar.xz, which holds the rest:
-# tests.log, bench.log, linear-bench.log, hc_bench.log, logits_bench.log, moe_bench.log, gdn_bench.log, rope_bench.log, attention_bench.log, nvidia-smi.txt, the evaluation's and the full-size run's
+# tests.log, bench.log, comm_bench.log, contract-one-gpu/, linear-bench.log, hc_bench.log, logits_bench.log, moe_bench.log, gdn_bench.log, rope_bench.log, attention_bench.log, nvidia-smi.txt, the evaluation's and the full-size run's
 # files, the profiles.
 # Scratch files (checkpoints, one test's log) stay outside $OUT, so that a run cut off before the
 # archive still leaves fewer files there than the device tool brings back.
@@ -54,7 +54,8 @@ diagnose_crash() {
 
 failed=0
 for t in cuda_backend_test linear_cuda_test norm_cuda_test rope_cuda_test conv_cuda_test gdn_cuda_test \
-         attention_cuda_test moe_cuda_test hc_cuda_test ple_cuda_test logits_cuda_test model_cuda_test gpu_server_test parity_test; do
+         attention_cuda_test moe_cuda_test hc_cuda_test ple_cuda_test logits_cuda_test cuda_group_test model_cuda_test \
+         gpu_server_test parity_test; do
   start=$SECONDS
   "$packed/bin/$t" > "$scratch/test.log" 2>&1
   rc=$?
@@ -94,6 +95,21 @@ for bench in hc_bench logits_bench moe_bench gdn_bench rope_bench attention_benc
   grep -E '^\||MISMATCH' "$out/$bench.log" | sed 's/^/    /' | tee -a "$summary"
 done
 
+# The collective bench (worker/comm/comm_bench.cc): the IPC all-reduce, one-shot and two-shot,
+# 1 KB to 64 MB, at world 2 and 4, ranks as processes and as threads; NCCL's beside it where each
+# rank has a GPU of its own.
+start=$SECONDS
+timeout 300 "$packed/bin/comm_bench" > "$out/comm_bench.log" 2>&1
+rc=$?
+[[ $rc -eq 0 ]] || failed=1
+note "$(printf '%-22s %-4s %4ss' comm_bench "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" $((SECONDS - start)))"
+grep -E '^\||^world|^route|MISMATCH' "$out/comm_bench.log" | sed 's/^/    /' | tee -a "$summary"
+
+# The small model's contract benchmark, health checks included, through the server at TP4 with
+# every worker on GPU 0 (CUDA IPC; deploy/contracts/small-cuda.json).
+bash scripts/gpu-contract-one-gpu.sh "$packed" "$out" | tee -a "$summary"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || failed=1
+
 # Measurements: the tiny model through the runner at TP1 and TP2 where two GPUs are visible
 # (graphs on), medians of 5.
 ckpt="$scratch/tiny"
@@ -116,6 +132,7 @@ if [[ -n "${Q38_EVAL_SMALL:-}" ]]; then
 fi
 if [[ -n "${Q38_FULL_SIZE:-}" ]]; then
   bash scripts/gpu-full-size.sh "$packed" "$out" | tee -a "$summary"
+  bash scripts/gpu-tp4-one-gpu.sh "$packed" "$out" | tee -a "$summary"
 fi
 if [[ -n "${Q38_PROFILE:-}" ]]; then
   bash scripts/gpu-kernel-profile.sh "$packed" "$out" "${Q38_PROFILE_TIMEOUT_S:-200}" | tee -a "$summary"

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 out=$1
 build=${2:-build}
 tools=(server/q38-server worker/q38-worker client/q38 tools/run/q38-bench-model tools/checkpoint/q38-make-checkpoint tools/run/q38-run
-       worker/model/model_cuda_test tests/gpu_server_test tests/parity_test)
+       worker/model/model_cuda_test tests/gpu_server_test tests/parity_test worker/comm/cuda_group_test worker/comm/comm_bench)
 for t in cuda_backend linear_cuda norm_cuda rope_cuda conv_cuda gdn_cuda attention_cuda moe_cuda hc_cuda ple_cuda logits_cuda; do
   tools+=("kernels/${t}_test")
 done

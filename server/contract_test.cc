@@ -62,6 +62,11 @@ TEST(Contract, CheckedInContractsParse) {
   EXPECT_EQ(tiny->benchmark.max_tokens, 513);
   EXPECT_EQ(tiny->sha256.size(), 64u);
   EXPECT_TRUE(ContractDifferences(*tiny, TinyCpuManifest()).empty());
+  absl::StatusOr<Contract> small_cuda = ParseContract(ContractText("small-cuda"));
+  ASSERT_TRUE(small_cuda.ok()) << small_cuda.status();
+  EXPECT_EQ(small_cuda->device, "cuda");
+  EXPECT_EQ(small_cuda->graph_mode, "FULL_DECODE_ONLY");
+  EXPECT_EQ(small_cuda->benchmark.health_checks, (std::vector<std::string>{"arithmetic", "record_copy"}));
 }
 
 TEST(Contract, ParseNamesTheBadField) {

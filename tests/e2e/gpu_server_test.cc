@@ -1,7 +1,8 @@
 // The server end to end on GPUs: real q38-server and q38-worker processes with --device cuda at
-// TP1 and TP2 (NCCL), generating the same tokens as the in-process runner on the same GPUs, a
-// dead rank failing the request, and a graceful stop that gives the GPU memory back. Skipped
-// where no GPU (or, for TP2, no second GPU) is visible.
+// TP1, TP2 with a GPU each (NCCL, skipped without a second GPU), and TP2 and TP4 with every worker
+// on one GPU (CUDA IPC, --gpus 0,0,...), generating the same tokens as the in-process runner;
+// a dead rank failing the request; a graceful stop, and a killed worker, giving the GPU memory
+// back. Skipped where no GPU is visible.
 #include <cuda_runtime.h>
 #include <signal.h>
 
@@ -58,11 +59,51 @@ std::vector<pid_t> GpuPids() {
   return pids;
 }
 
-std::vector<int32_t> RunnerGreedyOnGpus(int n, int tp) {
+// Where a server's ranks run: a GPU each, or every one on GPU 0.
+struct Placement {
+  int tp = 1;
+  bool one_gpu = false;
+  int gpus_needed() const { return one_gpu ? 1 : tp; }
+  std::vector<int> gpus() const {
+    std::vector<int> g;
+    for (int r = 0; r < (one_gpu ? 1 : tp); ++r) g.push_back(r);
+    return g;
+  }
+  std::vector<std::string> flags() const {
+    std::vector<std::string> f = {"--device=cuda"};
+    if (one_gpu) {
+      std::string list;
+      for (int r = 0; r < tp; ++r) list += r == 0 ? "0" : ",0";
+      f.push_back("--gpus=" + list);
+    }
+    return f;
+  }
+  std::string name() const { return "Tp" + std::to_string(tp) + (one_gpu ? "OnOneGpu" : ""); }
+};
+
+// Waits for GPU g's memory in use to come back to `before` (within other tenants' noise).
+void ExpectMemoryBack(int g, int64_t before) {
+  // The driver frees a context's memory as its process goes.
+  int64_t after = UsedMib(g);
+  for (int i = 0; i < 50 && after > before + 64; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    after = UsedMib(g);
+  }
+  EXPECT_LE(after, before + 64) << "GPU " << g << ": " << before << " MiB before, " << after << " after";
+}
+
+// The in-process runner's greedy tokens: a GPU per rank, or (for ranks that share one) every rank
+// on GPU 0 staged through host memory and run eagerly, whose sums the IPC route's match bit for bit.
+std::vector<int32_t> RunnerGreedyOnGpus(int n, const Placement& at) {
+  const int tp = at.tp;
   const ModelConfig config = *LoadModelConfig(TinyCheckpoint());
   auto store = *TensorStore::Open(TinyCheckpoint());
   std::vector<int32_t> tokens;
   LocalGroupOptions o{.device = "cuda", .model = {.decode_graph = true}};
+  if (at.one_gpu && tp > 1) {
+    o.cuda_comm = "host";
+    o.model.decode_graph = false;
+  }
   absl::Status s = RunLocalGroup(config, *store, tp, [&](Model& m) -> absl::Status {
     auto r = GenerateGreedy(m, kPrompt, n, 8192);
     if (!r.ok()) return r.status();
@@ -95,17 +136,18 @@ std::vector<float> CpuLogprobs(const std::vector<int32_t>& tokens) {
   return out;
 }
 
-class GpuServer : public ::testing::TestWithParam<int> {};
+class GpuServer : public ::testing::TestWithParam<Placement> {};
 
 TEST_P(GpuServer, GeneratesTheRunnersTokensAndGivesTheGpusBack) {
-  const int tp = GetParam();
-  if (Gpus() < tp) GTEST_SKIP() << "needs " << tp << " GPUs";
-  std::vector<int64_t> before(tp);
-  for (int g = 0; g < tp; ++g) before[g] = UsedMib(g);
+  const Placement at = GetParam();
+  const int tp = at.tp;
+  if (Gpus() < at.gpus_needed()) GTEST_SKIP() << "needs " << at.gpus_needed() << " GPUs";
+  std::vector<int64_t> before;
+  for (int g : at.gpus()) before.push_back(UsedMib(g));
   std::vector<int32_t> served;
   std::vector<pid_t> workers;
   {
-    Server s({.tp = tp, .comm_timeout_ms = 10000, .extra_flags = {"--device=cuda"}});
+    Server s({.tp = tp, .comm_timeout_ms = 10000, .extra_flags = at.flags()});
     ASSERT_TRUE(s.ready());
     workers = s.WorkerPids();
     ASSERT_EQ(static_cast<int>(workers.size()), tp);
@@ -130,33 +172,35 @@ TEST_P(GpuServer, GeneratesTheRunnersTokensAndGivesTheGpusBack) {
       EXPECT_EQ(lp.top(0).logprob(), lp.logprob()) << i;
       EXPECT_NEAR(lp.logprob(), cpu[i], 0.05) << "token " << i;
     }
-    for (int g = 0; g < tp; ++g) EXPECT_GT(UsedMib(g), before[g]) << "GPU " << g << " shows no worker memory";
+    for (size_t k = 0; k < before.size(); ++k) {
+      EXPECT_GT(UsedMib(at.gpus()[k]), before[k]) << "GPU " << at.gpus()[k] << " shows no worker memory";
+    }
     EXPECT_EQ(s.SignalAndWait(SIGTERM), 0);
   }
   EXPECT_TRUE(AllGone(workers, 5000));
   for (pid_t p : GpuPids()) {
     for (pid_t w : workers) EXPECT_NE(p, w) << "worker " << w << " still holds GPU memory";
   }
-  // The driver frees a context's memory as its process goes; allow for other tenants' noise.
-  for (int g = 0; g < tp; ++g) {
-    int64_t after = UsedMib(g);
-    for (int i = 0; i < 50 && after > before[g] + 64; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      after = UsedMib(g);
-    }
-    EXPECT_LE(after, before[g] + 64) << "GPU " << g << ": " << before[g] << " MiB before, " << after << " after";
-  }
-  EXPECT_EQ(served, RunnerGreedyOnGpus(48, tp));
+  for (size_t k = 0; k < before.size(); ++k) ExpectMemoryBack(at.gpus()[k], before[k]);
+  EXPECT_EQ(served, RunnerGreedyOnGpus(48, at));
 }
 
-INSTANTIATE_TEST_SUITE_P(Tp, GpuServer, ::testing::Values(1, 2));
+INSTANTIATE_TEST_SUITE_P(Placements, GpuServer,
+                         ::testing::Values(Placement{1, false}, Placement{2, false}, Placement{2, true},
+                                           Placement{4, true}),
+                         [](const ::testing::TestParamInfo<Placement>& p) { return p.param.name(); });
 
-TEST(GpuServerFailure, DeadRankFailsTheRequestAndTheRestLetGo) {
-  if (Gpus() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  Server s({.tp = 2, .comm_timeout_ms = 3000, .extra_flags = {"--device=cuda"}});
+class GpuServerFailure : public ::testing::TestWithParam<Placement> {};
+
+TEST_P(GpuServerFailure, DeadRankFailsTheRequestAndTheRestLetGo) {
+  const Placement at = GetParam();
+  if (Gpus() < at.gpus_needed()) GTEST_SKIP() << "needs " << at.gpus_needed() << " GPUs";
+  std::vector<int64_t> before;
+  for (int g : at.gpus()) before.push_back(UsedMib(g));
+  Server s({.tp = at.tp, .comm_timeout_ms = 3000, .extra_flags = at.flags()});
   ASSERT_TRUE(s.ready());
   const auto workers = s.WorkerPids();
-  ASSERT_EQ(workers.size(), 2u);
+  ASSERT_EQ(static_cast<int>(workers.size()), at.tp);
   v1::GenerateRequest req = TokensRequest(kPrompt, 4000);
   req.set_ignore_eos(true);
   std::thread killer([&] {
@@ -170,7 +214,12 @@ TEST(GpuServerFailure, DeadRankFailsTheRequestAndTheRestLetGo) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
   EXPECT_EQ(s.SignalAndWait(0), 4);  // policy exit
   EXPECT_TRUE(AllGone(workers, 5000));
+  for (size_t k = 0; k < before.size(); ++k) ExpectMemoryBack(at.gpus()[k], before[k]);
 }
+
+INSTANTIATE_TEST_SUITE_P(Placements, GpuServerFailure,
+                         ::testing::Values(Placement{2, false}, Placement{2, true}, Placement{4, true}),
+                         [](const ::testing::TestParamInfo<Placement>& p) { return p.param.name(); });
 
 }  // namespace
 }  // namespace q38::e2e
