@@ -23,7 +23,9 @@
 ABSL_FLAG(std::string, model, "", "checkpoint directory");
 ABSL_FLAG(int32_t, tp, 1, "tensor-parallel ranks, one worker process each");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
-ABSL_FLAG(std::string, gpus, "", "GPU indices for --device cuda, one per rank (e.g. 0,1,2,3; default 0..tp-1)");
+ABSL_FLAG(std::string, gpus, "",
+          "GPU indices for --device cuda, one per rank (e.g. 0,1,2,3; default 0..tp-1); an index may repeat (0,0,0,0): "
+          "ranks that share a GPU are joined by CUDA IPC");
 ABSL_FLAG(bool, decode_graph, true, "workers replay each decode step as a CUDA graph");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address");
 ABSL_FLAG(std::string, metrics, "127.0.0.1:9090", "Prometheus /metrics address; empty to disable");

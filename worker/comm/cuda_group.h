@@ -33,8 +33,8 @@ struct CudaGroupOptions {
   cudaStream_t stream = nullptr;  // the backend's; the current device must be the rank's GPU
   std::string route = "auto";     // auto | nccl | ipc
   size_t slot_bytes = size_t{8} << 20;
-  // ipc+nccl: NCCL above this. Not yet measured against NCCL (that needs a GPU per rank), so the
-  // size at which one-shot IPC all-reduces are commonly reported to lose to NCCL on NVLink.
+  // ipc+nccl: NCCL above this. A starting point, not a measurement: comparing IPC with NCCL
+  // needs a GPU per rank (comm_bench does it where it finds them).
   size_t ipc_max_bytes = size_t{1} << 20;
   // IPC all-reduces from this size on reduce a share each (two-shot). Off: on one GPU one-shot is
   // faster at every size from 1 KB to 16 MB (worker/comm/comm_bench.cc, docs/perf/collectives.md);
