@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -94,10 +95,10 @@ void ExpectMemoryBack(int g, int64_t before) {
 
 // The in-process runner's greedy tokens: a GPU per rank, or (for ranks that share one) every rank
 // on GPU 0 staged through host memory and run eagerly, whose sums the IPC route's match bit for bit.
-std::vector<int32_t> RunnerGreedyOnGpus(int n, const Placement& at) {
+std::vector<int32_t> RunnerGreedyOnGpus(int n, const Placement& at, const std::string& model = TinyCheckpoint()) {
   const int tp = at.tp;
-  const ModelConfig config = *LoadModelConfig(TinyCheckpoint());
-  auto store = *TensorStore::Open(TinyCheckpoint());
+  const ModelConfig config = *LoadModelConfig(model);
+  auto store = *TensorStore::Open(model);
   std::vector<int32_t> tokens;
   LocalGroupOptions o{.device = "cuda", .model = {.decode_graph = true}};
   if (at.one_gpu && tp > 1) {
@@ -189,6 +190,29 @@ INSTANTIATE_TEST_SUITE_P(Placements, GpuServer,
                          ::testing::Values(Placement{1, false}, Placement{2, false}, Placement{2, true},
                                            Placement{4, true}),
                          [](const ::testing::TestParamInfo<Placement>& p) { return p.param.name(); });
+
+// The trained small model at TP4 with every worker on GPU 0: the served greedy tokens are the
+// runner's four ranks staged through host memory (the same sums, bit for bit), whose agreement
+// with FP32 at TP4 model_cuda_test holds to the bars.
+TEST(GpuServerSmallModel, Tp4OnOneGpuGeneratesTheHostStagedRunnersTokens) {
+  if (Gpus() < 1) GTEST_SKIP() << "no GPU";
+  const char* source = std::getenv("Q38_SOURCE_DIR");
+  if (source == nullptr) GTEST_SKIP() << "Q38_SOURCE_DIR (the checkout holding models/small) is not set";
+  const std::string model = std::string(source) + "/models/small";
+  const Placement at{4, true};
+  std::vector<int32_t> served;
+  {
+    Server s({.tp = 4, .comm_timeout_ms = 10000, .extra_flags = at.flags(), .model = model});
+    ASSERT_TRUE(s.ready());
+    v1::GenerateRequest req = TokensRequest(kPrompt, 32);
+    req.set_ignore_eos(true);
+    Streamed out = Generate(s.api(), req);
+    ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+    served = out.tokens;
+    EXPECT_EQ(s.SignalAndWait(SIGTERM), 0);
+  }
+  EXPECT_EQ(served, RunnerGreedyOnGpus(32, at, model));
+}
 
 class GpuServerFailure : public ::testing::TestWithParam<Placement> {};
 

@@ -282,6 +282,13 @@ TEST_F(TinyOnGpu, Tp2OnOneGpuMatchesCpuReference) {
   ExpectAgreement(2, "host");
 }
 
+// TP4 on one GPU, as the server's four workers on one GPU sum (the IPC route adds in rank order
+// and rounds once, as this host-staged path does: tests/e2e/gpu_server_test.cc ties the two).
+TEST_F(TinyOnGpu, Tp4OnOneGpuMatchesCpuReference) {
+  if (Gpus() < 1) GTEST_SKIP() << "no GPU";
+  ExpectAgreement(4, "host");
+}
+
 // Greedy decoding's token on the device (Model::GreedyToken: ArgMax on the graph's logits buffer
 // after each replay, the ranks' pairs all-gathered) equals the host's greedy over the gathered
 // logits, step after step of a free greedy run through the decode graph; at TP2 the two ranks
