@@ -134,8 +134,10 @@ class CudaGroupCommunicator final : public Communicator {
     return s;
   }
 
-  // Connects the routes `route` names; cards are every rank's, this one's with its buffer.
-  absl::Status Join(const std::string& route, const std::vector<RankCard>& cards, std::unique_ptr<IpcMemory> memory) {
+  // Connects the routes `route` names, taken for `why`; cards are every rank's, this one's with
+  // its buffer.
+  absl::Status Join(const std::string& route, const std::string& why, const std::vector<RankCard>& cards,
+                    std::unique_ptr<IpcMemory> memory) {
     if (route != "nccl") {
       IpcPeers& p = peers_;
       p.rank = rank();
@@ -174,11 +176,12 @@ class CudaGroupCommunicator final : public Communicator {
       ASSIGN_OR_RETURN(nccl_, ConnectNccl({.rank = rank(), .size = size(), .store_dir = o_.store_dir,
                                            .prefix = o_.prefix, .timeout_ms = o_.timeout_ms, .stream = o_.stream}));
     }
+    const std::string nccl = nccl_ != nullptr ? nccl_->version() : "";
+    version_ = route == "nccl"  ? absl::StrCat(nccl, " (", why, ")")
+               : route == "ipc" ? absl::StrCat("cuda-ipc, host ", host_->version(), " (", why, ")")
+                                : absl::StrCat("cuda-ipc+", nccl, " (", why, ")");
     return absl::OkStatus();
   }
-  void set_version(std::string v) { version_ = std::move(v); }
-  Communicator& host() { return *host_; }
-  Communicator* nccl() { return nccl_.get(); }
 
  private:
   volatile uint32_t& Volatile(int word) { return reinterpret_cast<volatile uint32_t*>(ipc_->words)[word]; }
@@ -222,7 +225,7 @@ class CudaGroupCommunicator final : public Communicator {
   // Lets every kernel of ours that waits on a peer go, waits for the stream to drain, and fails
   // this and every later collective.
   absl::Status Abort(absl::Status why) {
-    Volatile(0) = 1;
+    if (ipc_ != nullptr) Volatile(0) = 1;
     cudaStreamSynchronize(o_.stream);
     failed_ = why;
     return why;
@@ -308,11 +311,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectCudaGroup(std::unique_ptr<C
   if (route == "nccl") memory.reset();
 
   auto comm = std::make_unique<CudaGroupCommunicator>(std::move(host), o, device);
-  RETURN_IF_ERROR(comm->Join(route, cards, std::move(memory)));
-  const std::string nccl = comm->nccl() != nullptr ? comm->nccl()->version() : "";
-  comm->set_version(route == "nccl"  ? absl::StrCat(nccl, " (", why, ")")
-                    : route == "ipc" ? absl::StrCat("cuda-ipc, host ", comm->host().version(), " (", why, ")")
-                                     : absl::StrCat("cuda-ipc+", nccl, " (", why, ")"));
+  RETURN_IF_ERROR(comm->Join(route, why, cards, std::move(memory)));
   return std::unique_ptr<Communicator>(std::move(comm));
 }
 
