@@ -6,7 +6,9 @@
 //    eagerly and inside a CUDA graph, GB/s and the share of the stream-read bandwidth;
 //  - 100 small GEMVs of mixed shapes as one graph, beside 100 empty kernels: the per-call cost
 //    as the decode graph sees it;
-//  - the prefill GEMM (T > kGemvMaxRows) at a few shapes in TFLOP/s and against the WMMA rate.
+//  - the prefill GEMM (T > kGemvMaxRows) at the model's prefill shapes: the old single-buffered
+//    tile (v0, linear_gemm_v0.cuh) and every pipelined tile in TFLOP/s against the WMMA rate,
+//    each checked bitwise against v0.
 // Weights are cold in the L2 as in a decode step (which reads GBs between two uses of a matrix):
 // a batch of launches rotates among enough copies of the matrix to span 256 MB, after an L2
 // flush; x is one buffer, hot after its first read, as the activation written just before.
@@ -29,6 +31,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/linear/linear_cuda.h"
+#include "kernels/linear/linear_gemm_v0.cuh"
 #include "kernels/linear/linear_gemv_v0.cuh"
 #include "kernels/testing/bench_timing.h"
 #include "kernels/testing/device_array.cuh"
@@ -251,22 +254,96 @@ void RunSmallGraph(Bench& b, double stream_gbs) {
   std::fflush(stdout);
 }
 
-// The prefill GEMM (Linear() with T > kGemvMaxRows) at a few shapes.
-void RunGemm(Bench& b, double wmma_tflops) {
-  std::printf("\n## Prefill GEMM (WMMA, T > %ld)\n\n", cuda::kGemvMaxRows);
-  std::printf("| shape [N, K] | T | ms | TFLOP/s | %% of WMMA peak |\n|---|---|---|---|---|\n");
-  const std::vector<Case> cases = {{"attention stack", "1", 512, 13952, 2560}, {"attention stack", "1", 4096, 13952, 2560},
-                                   {"GDN out / attention o", "1", 512, 2560, 6144},
-                                   {"GDN out / attention o", "1", 4096, 2560, 6144}};
-  for (const Case& c : cases) {
+// The prefill GEMM (Linear() with T > kGemvMaxRows) at the model's prefill shapes at TP1 and a
+// square-ish reference shape: v0 (the single-buffered 64×64 tile before), every tile of
+// LinearGemm, and auto (ChooseGemm's). TFLOP/s and the share of the WMMA rate measured in this
+// process; every variant's y is compared with v0's (the same sums in the same order: equal bits
+// expected) and with a double-precision reference on sampled rows. Returns the mismatches.
+int RunGemm(Bench& b, double wmma_tflops) {
+  struct GemmCase {
+    std::string name;
+    int64_t T, N, K;
+  };
+  const std::vector<GemmCase> cases = {
+      {"reference [8192 × 2560]·[2560 × 10240]", 8192, 10240, 2560},
+      {"GDN stack qkv/z/b/a", 8192, 16480, 2560},
+      {"attention stack", 8192, 13952, 2560},
+      {"GDN out / attention o", 8192, 2560, 6144},
+      {"router + shared expert", 8192, 1793, 2560},
+      {"HC up", 8192, 10240, 320},
+      {"HC down", 8192, 324, 10240},
+      {"attention stack, 512 tokens", 512, 13952, 2560},
+      {"GDN out, 512 tokens", 512, 2560, 6144},
+  };
+  const std::vector<cuda::GemmTile> tiles = {cuda::GemmTile::k128x128w8, cuda::GemmTile::k128x128w4,
+                                             cuda::GemmTile::k128x64w4, cuda::GemmTile::k64x64w4};
+  std::printf("\n## Prefill GEMM (WMMA, T > %ld)\n\nTFLOP/s (%% of the WMMA rate above) per variant; auto is ChooseGemm's tile.\n\n",
+              cuda::kGemvMaxRows);
+  std::printf("| shape | T | N | K | v0 | 128x128w8 | 128x128w4 | 128x64w4 | 64x64w4 | auto | auto ms | auto/v0 |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  int failures = 0;
+  for (const GemmCase& c : cases) {
     const cudaStream_t s = b.stream();
     Operands o(c.T, c.N, c.K, 2, s);
-    const Timing t = b.Eager(3, [&](int i, cudaStream_t st) { cuda::Linear(o.x->p, o.W(i), o.y->p, c.T, c.K, c.N, st); }, 5, 1);
-    const double tflops = 2.0 * c.T * c.N * c.K / (t.median_us * 1e6);
-    std::printf("| %s [%ld, %ld] | %ld | %.3f | %.1f | %.1f%% |\n", c.name.c_str(), c.N, c.K, c.T, t.median_us / 1e3, tflops,
-                100 * tflops / wmma_tflops);
+    const double flop = 2.0 * c.T * c.N * c.K;
+    auto time = [&](const bench::Launch& launch) {
+      const Timing t = b.Eager(2, launch, 5, 1);
+      return t.median_us;
+    };
+    const double v0_us = time([&](int i, cudaStream_t st) { cuda::gemm_v0::Launch(o.x->p, o.W(i), o.y->p, c.T, c.K, c.N, st); });
+    auto raw_y = [&] {
+      std::vector<uint16_t> y(c.T * c.N);
+      Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+      Q38_CUDA_CHECK(cudaMemcpy(y.data(), o.y->p, y.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+      return y;
+    };
+    cuda::gemm_v0::Launch(o.x->p, o.W(0), o.y->p, c.T, c.K, c.N, s);
+    Q38_CUDA_LAUNCHED();
+    const std::vector<uint16_t> y0 = raw_y();
+    const std::vector<float> x = ToHost(o.x->p, c.T * c.K);
+    std::string cells;
+    // Sampled outputs against a double-precision sum (normalized squared error), all against v0.
+    auto check = [&](const std::string& name) {
+      const std::vector<uint16_t> y = raw_y();
+      int64_t differ = 0;
+      for (size_t i = 0; i < y.size(); ++i) differ += y[i] != y0[i];
+      double err = 0, ref = 0;
+      for (int64_t si = 0; si < 48; ++si) {
+        const int64_t t = (si * 7919) % c.T, n = (si * 104729 + 13) % c.N;
+        const std::vector<float> wr = ToHost(o.W(0) + n * c.K, c.K);
+        double acc = 0;
+        for (int64_t k = 0; k < c.K; ++k) acc += static_cast<double>(x[t * c.K + k]) * wr[k];
+        __half_raw hr;
+        hr.x = y[t * c.N + n];
+        const double got = __half2float(__half(hr));
+        err += std::isfinite(got) ? (got - acc) * (got - acc) : INFINITY;
+        ref += acc * acc;
+      }
+      const double nmse = err / std::max(ref, 1e-30);
+      if (!(nmse <= 1e-6) || differ != 0) {
+        ++failures;
+        std::printf("MISMATCH prefill %s T %ld %s: nmse %.2g against the reference, %ld of %zu outputs differ from v0\n",
+                    c.name.c_str(), c.T, name.c_str(), nmse, differ, y.size());
+      }
+    };
+    for (const cuda::GemmTile tile : tiles) {
+      Q38_CUDA_CHECK(cudaMemsetAsync(o.y->p, 0xff, sizeof(__half) * c.T * c.N, s));
+      cuda::LinearGemm(tile, o.x->p, o.W(0), o.y->p, c.T, c.K, c.N, s);
+      check(cuda::GemmTileName(tile));
+      const double us = time([&](int i, cudaStream_t st) { cuda::LinearGemm(tile, o.x->p, o.W(i), o.y->p, c.T, c.K, c.N, st); });
+      cells += absl::StrFormat(" %.1f (%.0f%%) |", flop / (us * 1e6), 100 * flop / (us * 1e6) / wmma_tflops);
+    }
+    Q38_CUDA_CHECK(cudaMemsetAsync(o.y->p, 0xff, sizeof(__half) * c.T * c.N, s));
+    cuda::Linear(o.x->p, o.W(0), o.y->p, c.T, c.K, c.N, s);
+    check("auto");
+    const double auto_us = time([&](int i, cudaStream_t st) { cuda::Linear(o.x->p, o.W(i), o.y->p, c.T, c.K, c.N, st); });
+    std::printf("| %s | %ld | %ld | %ld | %.1f (%.0f%%) |%s %s %.1f (%.0f%%) | %.3f | %.2f× |\n", c.name.c_str(), c.T, c.N,
+                c.K, flop / (v0_us * 1e6), 100 * flop / (v0_us * 1e6) / wmma_tflops, cells.c_str(),
+                cuda::GemmTileName(cuda::ChooseGemm(c.T, c.K, c.N)), flop / (auto_us * 1e6),
+                100 * flop / (auto_us * 1e6) / wmma_tflops, auto_us / 1e3, v0_us / auto_us);
+    std::fflush(stdout);
   }
-  std::fflush(stdout);
+  return failures;
 }
 
 }  // namespace
@@ -297,9 +374,9 @@ int main(int argc, char** argv) {
   const double stream_gbs = b.StreamReadGBs(), wmma = b.WmmaTflops();
   std::printf("ceilings: stream read %.0f GB/s (1 GiB, 16-byte loads); WMMA FP16→FP32 %.1f TFLOP/s\n", stream_gbs, wmma);
   std::fflush(stdout);
-  const int failures = q38::RunDecode(b, stream_gbs, sweep, csv);
+  int failures = q38::RunDecode(b, stream_gbs, sweep, csv);
   q38::RunSmallGraph(b, stream_gbs);
-  q38::RunGemm(b, wmma);
+  failures += q38::RunGemm(b, wmma);
   if (csv != nullptr) std::fclose(csv);
   std::printf("\n%s\n", failures == 0 ? "every variant matches the reference" : "MISMATCHES: see above");
   return failures == 0 ? 0 : 1;

@@ -1,7 +1,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
-#include "kernels/cuda/wmma_tile.cuh"
 #include "kernels/linear/linear_cuda.h"
+#include "kernels/linear/linear_gemm.cuh"
 #include "kernels/linear/linear_gemv.cuh"
 
 #include <cstdint>
@@ -49,23 +49,6 @@ int ScalarSplits(int64_t K, int64_t N) {
   int splits = 1;
   while (splits < kGemvWarps && N * splits < 8192 && K >= int64_t{splits} * 4 * kWarp * 8) splits *= 2;
   return splits;
-}
-
-// WMMA GEMM: one 64×64 tile of y per block (kernels/cuda/wmma_tile.cuh); tiles past the edges of
-// T, N or K are zero-filled, so any shape works.
-__global__ void __launch_bounds__(kTileThreads)
-    GemmKernel(const __half* __restrict__ x, const __half* __restrict__ w, __half* __restrict__ y, int64_t T,
-               int64_t K, int64_t N, bool vec) {
-  __shared__ __align__(32) TileShared s;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTileM, n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
-  MmaTile(
-      s, K,
-      [&](int row, int64_t k, __half* dst) { LoadHalf8(m0 + row < T ? x + (m0 + row) * K : nullptr, k, K, vec, dst); },
-      [&](int row, int64_t k, __half* dst) { LoadHalf8(n0 + row < N ? w + (n0 + row) * K : nullptr, k, K, vec, dst); });
-  for (int e = threadIdx.x; e < kTileM * kTileN; e += blockDim.x) {
-    const int r = e / kTileN, c = e % kTileN;
-    if (m0 + r < T && n0 + c < N) y[(m0 + r) * N + n0 + c] = __float2half(s.c[r][c]);
-  }
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -117,10 +100,40 @@ void Linear(const __half* x, const __half* w, __half* y, int64_t T, int64_t K, i
     const int splits = ScalarSplits(K, N);
     const dim3 grid(static_cast<unsigned>(CeilDiv(N, kGemvWarps / splits)));
     ScalarGemvKernel<<<grid, kGemvThreads, 0, stream>>>(x, w, y, static_cast<int>(T), K, N, splits);
-  } else {
-    const dim3 grid(static_cast<unsigned>(CeilDiv(N, kTileN)), static_cast<unsigned>(CeilDiv(T, kTileM)));
-    const bool vec = K % 8 == 0 && Aligned16(x) && Aligned16(w);
-    GemmKernel<<<grid, kTileThreads, 0, stream>>>(x, w, y, T, K, N, vec);
+    Q38_CUDA_LAUNCHED();
+    return;
+  }
+  LinearGemm(ChooseGemm(T, K, N), x, w, y, T, K, N, stream);
+}
+
+const char* GemmTileName(GemmTile tile) {
+  switch (tile) {
+    case GemmTile::k128x128w8: return "128x128w8";
+    case GemmTile::k128x128w4: return "128x128w4";
+    case GemmTile::k128x64w4: return "128x64w4";
+    case GemmTile::k64x64w4: return "64x64w4";
+  }
+  return "?";
+}
+
+// The largest tile that leaves at least ~2 blocks for each SM of a V100 (80) or an H200 (132):
+// a large tile reads each operand byte from shared memory into fewer fragments, but a grid of
+// fewer blocks than the GPU holds leaves tensor cores idle.
+GemmTile ChooseGemm(int64_t T, int64_t /*K*/, int64_t N) {
+  constexpr int64_t kEnough = 200;
+  if (CeilDiv(T, 128) * CeilDiv(N, 128) >= kEnough) return GemmTile::k128x128w8;
+  if (CeilDiv(T, 128) * CeilDiv(N, 64) >= kEnough) return GemmTile::k128x64w4;
+  return GemmTile::k64x64w4;
+}
+
+void LinearGemm(GemmTile tile, const __half* x, const __half* w, __half* y, int64_t T, int64_t K, int64_t N,
+                cudaStream_t stream) {
+  CHECK(T >= 1 && CeilDiv(T, 64) <= 65535) << "GEMM rows " << T;
+  switch (tile) {
+    case GemmTile::k128x128w8: gemm::LaunchTiled<gemm::Tile128x128w8, 2>(x, w, y, T, K, N, stream); break;
+    case GemmTile::k128x128w4: gemm::LaunchTiled<gemm::Tile128x128w4, 2>(x, w, y, T, K, N, stream); break;
+    case GemmTile::k128x64w4: gemm::LaunchTiled<gemm::Tile128x64w4, 3>(x, w, y, T, K, N, stream); break;
+    case GemmTile::k64x64w4: gemm::LaunchTiled<gemm::Tile64x64w4, 4>(x, w, y, T, K, N, stream); break;
   }
   Q38_CUDA_LAUNCHED();
 }

@@ -1,5 +1,6 @@
 // Dense FP16 linear layer on the GPU: y[T,N] = x[T,K]·w[N,K]ᵀ with FP32 accumulation. Decode
-// (few rows) streams the weights once through a GEMV; prefill tiles through WMMA tensor cores.
+// (few rows) streams the weights once through a GEMV; prefill tiles through WMMA tensor cores
+// (kernels/linear/linear_gemm.cuh).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -29,5 +30,19 @@ GemvConfig ChooseGemv(int64_t T, int64_t K, int64_t N);
 // Needs T ≤ kGemvMaxRows, K % 8 == 0 and 16-byte aligned x and w.
 void LinearGemv(const GemvConfig& config, const __half* x, const __half* w, __half* y, int64_t T, int64_t K,
                 int64_t N, cudaStream_t stream);
+
+// The block tile of the prefill GEMM (T > kGemvMaxRows): 128×128 by 8 or 4 warps, 128×64 or
+// 64×64 by 4 warps. The tile changes the speed only: every tile sums each output in one order.
+enum class GemmTile { k128x128w8, k128x128w4, k128x64w4, k64x64w4 };
+const char* GemmTileName(GemmTile tile);
+
+// The tile Linear() runs for T > kGemvMaxRows where K % 8 == 0 and x, w are 16-byte aligned: the
+// largest that still gives the GPU a few blocks an SM (a function of the shape alone).
+GemmTile ChooseGemm(int64_t T, int64_t K, int64_t N);
+
+// The GEMM with a given tile, for tests and the bench. Any shape; K % 8 == 0 with 16-byte aligned
+// x and w loads 16 bytes at a time, anything else element by element.
+void LinearGemm(GemmTile tile, const __half* x, const __half* w, __half* y, int64_t T, int64_t K, int64_t N,
+                cudaStream_t stream);
 
 }  // namespace q38::cuda

@@ -1,5 +1,6 @@
 // The FP16 linear kernels against the FP32 reference: the vector GEMV of decode (in every
-// configuration ChooseGemv can return), the scalar GEMV for other K, the WMMA GEMM of prefill; at
+// configuration ChooseGemv can return), the scalar GEMV for other K, the WMMA GEMM of prefill (in
+// every tile); at
 // the model's projection shapes and at shapes no tile, lane group or block divides.
 #include "kernels/linear/linear_cuda.h"
 #include "kernels/testing/backend_pair.h"
@@ -106,6 +107,59 @@ INSTANTIATE_TEST_SUITE_P(Configs, LinearGemvConfig, ::testing::ValuesIn(ConfigCa
                                   std::to_string(c.splits) + "_T" + std::to_string(s.T) + "K" + std::to_string(s.K) +
                                   "N" + std::to_string(s.N);
                          });
+
+// Every prefill GEMM tile against the reference, at shapes no tile divides (rows and columns past
+// the edges, K not a multiple of the 32-column step, K not a multiple of 8: loads element by
+// element), and one where several steps of K pipeline through both shared buffers.
+struct TileCase {
+  cuda::GemmTile tile;
+  Shape shape;
+};
+
+class LinearGemmTile : public ::testing::TestWithParam<TileCase> {};
+
+TEST_P(LinearGemmTile, MatchesReference) {
+  Q38_REQUIRE_GPU();
+  const TileCase c = GetParam();
+  const Shape s = c.shape;
+  BackendPair b;
+  auto x = b.Act(Normal(s.T * s.K, 5), {s.T, s.K});
+  std::vector<float> w = Normal(s.N * s.K, 6);
+  for (float& v : w) v *= 0.05f;
+  auto wt = b.Act(w, {s.N, s.K});
+  auto y = b.Out({s.T, s.N});
+  b.cpu().Linear(x.cpu.t(), wt.cpu.t(), y.cpu.t());
+  cuda::LinearGemm(c.tile, static_cast<const __half*>(x.gpu.t().data), static_cast<const __half*>(wt.gpu.t().data),
+                   static_cast<__half*>(y.gpu.t().data), s.T, s.K, s.N, b.gpu().stream());
+  EXPECT_TRUE(b.Matches(y)) << cuda::GemmTileName(c.tile) << "; T " << s.T << " K " << s.K << " N " << s.N;
+}
+
+std::vector<TileCase> TileCases() {
+  std::vector<TileCase> cases;
+  for (const cuda::GemmTile tile : {cuda::GemmTile::k128x128w8, cuda::GemmTile::k128x128w4, cuda::GemmTile::k128x64w4,
+                                    cuda::GemmTile::k64x64w4})
+    for (const Shape s : {Shape{9, 40, 7}, Shape{300, 1000, 259}, Shape{129, 2560, 130}, Shape{70, 36, 33},
+                          Shape{257, 100, 77}})
+      cases.push_back({tile, s});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiles, LinearGemmTile, ::testing::ValuesIn(TileCases()),
+                         [](const ::testing::TestParamInfo<TileCase>& p) {
+                           const Shape& s = p.param.shape;
+                           return std::string("t") + cuda::GemmTileName(p.param.tile) + "_T" + std::to_string(s.T) +
+                                  "K" + std::to_string(s.K) + "N" + std::to_string(s.N);
+                         });
+
+// The tile is a function of the shape: the model's prefill shapes take the largest tiles.
+TEST(ChooseGemm, PrefillShapes) {
+  EXPECT_EQ(cuda::ChooseGemm(8192, 2560, 16480), cuda::GemmTile::k128x128w8);  // GDN stack
+  EXPECT_EQ(cuda::ChooseGemm(8192, 6144, 2560), cuda::GemmTile::k128x128w8);   // GDN out, attention o
+  EXPECT_EQ(cuda::ChooseGemm(512, 2560, 13952), cuda::GemmTile::k128x128w8);   // a short prompt, wide N
+  EXPECT_EQ(cuda::ChooseGemm(1024, 6144, 2560), cuda::GemmTile::k128x64w4);    // fewer columns
+  EXPECT_EQ(cuda::ChooseGemm(512, 6144, 2560), cuda::GemmTile::k64x64w4);
+  EXPECT_EQ(cuda::ChooseGemm(9, 2560, 340), cuda::GemmTile::k64x64w4);         // just past the GEMV limit
+}
 
 // The configuration is a function of the shape: the model's decode shapes take the paths the
 // bench measured (docs/journal/2026-12-02-gemv-lab-bench.md).

@@ -1,6 +1,6 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
-#include "kernels/cuda/wmma_tile.cuh"
+#include "kernels/cuda/wmma_pipeline.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_decode.cuh"
 
@@ -8,6 +8,7 @@ namespace q38::cuda {
 namespace {
 
 constexpr int kRouterTokensPerBlock = 4, kRouterPerLane = 16;
+constexpr int kExpertTileRows = 64;  // pairs a grouped-GEMM tile takes of one expert
 constexpr int64_t kRouterMaxExperts = int64_t{kWarp} * kRouterPerLane;
 
 // (v, e) beats (ov, oe): the larger probability, ties to the lower expert id.
@@ -136,7 +137,7 @@ __global__ void GroupPairsKernel(const int32_t* __restrict__ idx, int64_t pairs,
       start[e] = cursor[e] = slot;
       tile_start[e] = tile;
       slot += counts[e];
-      tile += (counts[e] + kTileM - 1) / kTileM;
+      tile += (counts[e] + kExpertTileRows - 1) / kExpertTileRows;
     }
     start[E] = slot;
     tile_start[E] = tile;
@@ -145,17 +146,69 @@ __global__ void GroupPairsKernel(const int32_t* __restrict__ idx, int64_t pairs,
   for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) order[atomicAdd(&cursor[idx[p]], 1)] = static_cast<int32_t>(p);
 }
 
-// One 64-slot × 64-column tile of one expert's projection (blockIdx.y: the tile in
-// GroupPairsKernel's numbering; blocks past the last tile return). A's rows are x[pair / a_div]:
-// the token's hidden state for gate_up (a_div = k), the pair's activation for down (a_div = 1).
-// kSwiGlu: the 64 columns are gate rows n0..n0+31 and up rows I+n0..I+n0+31, and the tile writes
-// act[pair, n0 + c] = silu(gate)·up; otherwise it writes pair_out[pair, n] in FP32.
+// The grouped GEMM's block tile: 64 slots (pairs of one expert) × 128 columns by 8 warps of
+// 32×32, pipelined (kernels/cuda/wmma_pipeline.cuh).
+using ExpertTile = TileShape<kExpertTileRows, 128, 2, 4>;
+
+// The slots' rows of x: x[pair / a_div], zeros for a slot past the expert's pairs.
+struct PairRows {
+  using Run = HalfRun;
+  const __half* x;
+  const int32_t* pair_of;  // shared memory
+  int64_t a_div, K;
+  __device__ __forceinline__ Run Fetch(int row, int64_t k) const {
+    const int32_t p = pair_of[row];
+    return FetchHalfRun(p >= 0 ? x + (p / a_div) * K : nullptr, k, K);
+  }
+  __device__ __forceinline__ static void Stash(const Run& r, __half* dst) { StashHalfRun(r, dst); }
+};
+
+// Expert e's weight rows behind the tile's columns, dequantized into the tile as they are
+// stashed. kSwiGlu: each 32 columns are 16 gate rows i and their 16 up rows I + i, so that one
+// epilogue slice holds both halves of its outputs.
 template <typename Rows, bool kSwiGlu>
-__global__ void __launch_bounds__(kTileThreads)
+struct ExpertColumns {
+  struct Run {
+    typename Rows::TileRun v;
+    bool valid;
+  };
+  Rows rows;
+  int64_t e, n0;  // n0: the tile's first intermediate index (kSwiGlu) or output row
+  __device__ __forceinline__ int64_t WeightRow(int c) const {
+    if constexpr (kSwiGlu) {
+      const int64_t I = rows.N / 2, i = n0 + (c / 32) * 16 + c % 16;
+      return i < I ? (c % 32 < 16 ? i : I + i) : -1;
+    } else {
+      return n0 + c < rows.N ? n0 + c : -1;
+    }
+  }
+  __device__ __forceinline__ Run Fetch(int c, int64_t k) const {
+    const int64_t n = WeightRow(c);
+    Run r{};
+    r.valid = n >= 0 && k < rows.K;  // K is a multiple of 16: a run is inside K or past it
+    if (r.valid) r.v = rows.FetchTile8(e, n, k);
+    return r;
+  }
+  __device__ __forceinline__ static void Stash(const Run& r, __half* dst) {
+    if (r.valid) {
+      Rows::StashTile8(r.v, dst);
+    } else {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    }
+  }
+};
+
+// One tile of 64 slots of one expert (blockIdx.y: the tile in GroupPairsKernel's numbering;
+// blocks past the last tile return) × 128 columns of its projection. A's rows are x[pair / a_div]:
+// the token's hidden state for gate_up (a_div = k), the pair's activation for down (a_div = 1).
+// kSwiGlu: the columns are 64 intermediate indices' gate and up rows, and the tile writes
+// act[pair, i] = silu(gate)·up; otherwise it writes pair_out[pair, n] in FP32.
+template <typename Rows, bool kSwiGlu>
+__global__ void __launch_bounds__(ExpertTile::kThreads, 2)
     GroupedExpertKernel(const __half* __restrict__ x, int64_t a_div, const int32_t* __restrict__ groups, int64_t E,
                         Rows rows, __half* __restrict__ act, float* __restrict__ pair_out) {
-  __shared__ __align__(32) TileShared s;
-  __shared__ int32_t pair_of[kTileM];
+  __shared__ PipelineShared<ExpertTile> s;
+  __shared__ int32_t pair_of[kExpertTileRows];
   const int32_t *start = groups, *tile_start = groups + E + 1, *order = groups + 2 * (E + 1);
   const int32_t tile = blockIdx.y;
   if (tile >= tile_start[E]) return;
@@ -164,48 +217,38 @@ __global__ void __launch_bounds__(kTileThreads)
     const int64_t mid = (lo + hi + 1) / 2;
     if (tile_start[mid] <= tile) lo = mid; else hi = mid - 1;
   }
-  const int64_t e = lo, s0 = start[e] + int64_t{tile - tile_start[e]} * kTileM;
-  const int valid = static_cast<int>(start[e + 1] - s0 < kTileM ? start[e + 1] - s0 : kTileM);
-  if (threadIdx.x < kTileM) pair_of[threadIdx.x] = threadIdx.x < valid ? order[s0 + threadIdx.x] : -1;
+  const int64_t e = lo, s0 = start[e] + int64_t{tile - tile_start[e]} * kExpertTileRows;
+  const int valid = static_cast<int>(start[e + 1] - s0 < kExpertTileRows ? start[e + 1] - s0 : kExpertTileRows);
+  if (threadIdx.x < kExpertTileRows) pair_of[threadIdx.x] = threadIdx.x < valid ? order[s0 + threadIdx.x] : -1;
   __syncthreads();
   const int64_t K = rows.K, I = rows.N / 2;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * (kSwiGlu ? kTileN / 2 : kTileN);
-  // The weight row behind tile column c, or -1 past the edge.
-  auto weight_row = [&](int c) -> int64_t {
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * (kSwiGlu ? ExpertTile::kBN / 2 : ExpertTile::kBN);
+  const PairRows a{x, pair_of, a_div, K};
+  const ExpertColumns<Rows, kSwiGlu> b{rows, e, n0};
+  // A 16 × 32 slice: lane l takes row l / 2 and half of the slice's outputs.
+  PipelinedTile<ExpertTile>(s, K, a, b, [&](const float* slice, int m, int n, int lane) {
+    const int r = lane / 2;
+    if (m + r >= valid) return;
+    const int64_t p = pair_of[m + r];
+    const float* src = slice + r * ExpertTile::kOutLd;
     if constexpr (kSwiGlu) {
-      const int64_t i = n0 + c % (kTileN / 2);
-      return i < I ? (c < kTileN / 2 ? i : I + i) : -1;
+      const int64_t i0 = n0 + n / 2;
+#pragma unroll
+      for (int c = (lane % 2) * 8; c < (lane % 2) * 8 + 8; ++c) {
+        const int64_t i = i0 + c;
+        if (i >= I) break;
+        const float gate = src[c] * rows.Global(e, i), up = src[16 + c] * rows.Global(e, I + i);
+        act[p * I + i] = __float2half(Silu(gate) * up);
+      }
     } else {
-      return n0 + c < rows.N ? n0 + c : -1;
+#pragma unroll
+      for (int c = (lane % 2) * 16; c < (lane % 2) * 16 + 16; ++c) {
+        const int64_t nn = n0 + n + c;
+        if (nn >= rows.N) break;
+        pair_out[p * rows.N + nn] = src[c] * rows.Global(e, nn);
+      }
     }
-  };
-  MmaTile(
-      s, K,
-      [&](int row, int64_t k, __half* dst) {
-        const int32_t p = pair_of[row];
-        LoadHalf8(p >= 0 ? x + (p / a_div) * K : nullptr, k, K, /*vec=*/true, dst);
-      },
-      [&](int row, int64_t k, __half* dst) {
-        const int64_t n = weight_row(row);
-        if (n >= 0 && k < K) {
-          rows.LoadTile8(e, n, k, dst);  // K is a multiple of 16, so k < K has all 8
-        } else {
-          *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-        }
-      });
-  constexpr int kCols = kSwiGlu ? kTileN / 2 : kTileN;
-  for (int i = threadIdx.x; i < kTileM * kCols; i += blockDim.x) {
-    const int r = i / kCols, c = i % kCols;
-    const int64_t n = weight_row(c);
-    if (r >= valid || n < 0) continue;
-    const int64_t p = pair_of[r];
-    if constexpr (kSwiGlu) {
-      const float gate = s.c[r][c] * rows.Global(e, n), up = s.c[r][c + kCols] * rows.Global(e, I + n);
-      act[p * I + n] = __float2half(Silu(gate) * up);
-    } else {
-      pair_out[p * rows.N + n] = s.c[r][c] * rows.Global(e, n);
-    }
-  }
+  });
 }
 
 // The decode kernels' rows a lane group and runs loaded ahead, as moe_bench's sweep chose them.
@@ -225,14 +268,14 @@ void RunExperts(const __half* h, const int32_t* idx, const __half* w, const Rows
     moe_decode::LaunchDown<Rows, kDecodeDown.rows, kDecodeDown.ahead>(s.act, idx, down, s.pair_out, pairs, stream);
     Q38_CUDA_LAUNCHED();
   } else {
-    const int64_t tiles = CeilDiv(pairs, kTileM) + E;  // bounds Σ_e ⌈count_e / 64⌉
+    const int64_t tiles = CeilDiv(pairs, kExpertTileRows) + E;  // bounds Σ_e ⌈count_e / 64⌉
     CHECK_LE(tiles, 65535) << "too many expert tiles for one grid";
     GroupPairsKernel<<<1, 1024, 2 * E * sizeof(int32_t), stream>>>(idx, pairs, E, s.groups);
     Q38_CUDA_LAUNCHED();
-    GroupedExpertKernel<Rows, true><<<dim3(CeilDiv(I, kTileN / 2), tiles), kTileThreads, 0, stream>>>(
+    GroupedExpertKernel<Rows, true><<<dim3(CeilDiv(I, ExpertTile::kBN / 2), tiles), ExpertTile::kThreads, 0, stream>>>(
         h, k, s.groups, E, gate_up, s.act, nullptr);
     Q38_CUDA_LAUNCHED();
-    GroupedExpertKernel<Rows, false><<<dim3(CeilDiv(H, kTileN), tiles), kTileThreads, 0, stream>>>(
+    GroupedExpertKernel<Rows, false><<<dim3(CeilDiv(H, ExpertTile::kBN), tiles), ExpertTile::kThreads, 0, stream>>>(
         s.act, 1, s.groups, E, down, nullptr, s.pair_out);
     Q38_CUDA_LAUNCHED();
   }

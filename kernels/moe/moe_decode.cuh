@@ -38,8 +38,9 @@ __device__ __forceinline__ float E4m3Scaled(uint32_t b) {
 // Load<kCols> reads its columns j..j+kCols-1 (kCols 8 or 16, j a multiple of kCols: four or
 // eight bytes of codes and their one block scale) and Dot dots them with kCols FP32 inputs,
 // without the per-expert global scale, which Global gives, and scaled by 1/kUnscale (decode).
-// LoadTile8 writes columns j..j+7 of row n as FP16, also without it (prefill's WMMA tiles;
-// E2M1 × E4M3 has at most 6 significant bits within FP16's normal range, so it is exact).
+// FetchTile8 loads columns j..j+7 of row n and StashTile8 writes them as FP16, also without it
+// (prefill's WMMA tiles; E2M1 × E4M3 has at most 6 significant bits within FP16's normal range,
+// so it is exact).
 // In Dot the codes come as 2⁻¹⁴ and the block scale as 2⁻⁸ times their values. Powers of two
 // change no rounding here (every product and partial sum stays a normal FP32), so times kUnscale
 // the sum has the bits of the plain Σ code · scale · x in the same order.
@@ -92,12 +93,20 @@ struct Nvfp4Rows {
     }
     return dot * E4m3Scaled(r.scale);
   }
-  __device__ __forceinline__ void LoadTile8(int64_t e, int64_t n, int64_t j, __half* out) const {
+  // Prefill's tiles: a run of 8 columns as loaded (4 bytes of codes and their block scale), and
+  // its 8 halves.
+  struct TileRun {
+    uint32_t c, scale;
+  };
+  __device__ __forceinline__ TileRun FetchTile8(int64_t e, int64_t n, int64_t j) const {
     const int64_t row = e * N + n;
-    const uint32_t c = __ldg(reinterpret_cast<const uint32_t*>(codes + row * (K / 2) + j / 2));
-    const float s = E4m3(__ldg(scales + row * (K / 16) + j / 16));
+    return {__ldg(reinterpret_cast<const uint32_t*>(codes + row * (K / 2) + j / 2)),
+            __ldg(scales + row * (K / 16) + j / 16)};
+  }
+  __device__ __forceinline__ static void StashTile8(const TileRun& r, __half* out) {
+    const float s = E4m3(r.scale);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) out[i] = __float2half(E2m1(c >> (4 * i)) * s);
+    for (int i = 0; i < 8; ++i) out[i] = __float2half(E2m1(r.c >> (4 * i)) * s);
   }
 };
 
@@ -134,8 +143,12 @@ struct DenseRows {
     }
     return dot;
   }
-  __device__ __forceinline__ void LoadTile8(int64_t e, int64_t n, int64_t j, __half* out) const {
-    *reinterpret_cast<uint4*>(out) = __ldg(reinterpret_cast<const uint4*>(w + (e * N + n) * K + j));
+  using TileRun = uint4;
+  __device__ __forceinline__ TileRun FetchTile8(int64_t e, int64_t n, int64_t j) const {
+    return __ldg(reinterpret_cast<const uint4*>(w + (e * N + n) * K + j));
+  }
+  __device__ __forceinline__ static void StashTile8(const TileRun& r, __half* out) {
+    *reinterpret_cast<uint4*>(out) = r;
   }
 };
 

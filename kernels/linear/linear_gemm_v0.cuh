@@ -1,13 +1,19 @@
-// The tensor-core tile shared by the dense GEMM and the grouped expert GEMM: a 64×64 FP32 tile
-// of A·Bᵀ by a block of four warps (each a 32×32 quarter as 2×2 WMMA fragments of 16×16×16),
-// K advancing 32 columns at a time through shared memory. FP16 WMMA is all SM70 has.
+// The prefill GEMM as it stood before the pipelined tile of linear_gemm.cuh (commit 326cbe4), kept
+// for kernels/linear/linear_bench.cu alone: the baseline ("v0") the bench times beside the
+// current tiles in the same process. Not part of the library. A 64×64 FP32 tile of A·Bᵀ by a
+// block of four warps (each a 32×32 quarter as 2×2 WMMA fragments), K advancing 32 columns at a
+// time through one shared buffer: each step's loads wait for the step before to finish its math.
 #pragma once
 
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
 #include <mma.h>
+
+#include <cstdint>
 
 #include "kernels/cuda/device_math.cuh"
 
-namespace q38::cuda {
+namespace q38::cuda::gemm_v0 {
 
 constexpr int kTileM = 64, kTileN = 64, kTileK = 32, kTileThreads = 128;
 
@@ -70,4 +76,26 @@ __device__ __forceinline__ void LoadHalf8(const __half* row, int64_t k, int64_t 
   for (int i = 0; i < 8; ++i) dst[i] = (row != nullptr && k + i < K) ? row[k + i] : __float2half(0.0f);
 }
 
-}  // namespace q38::cuda
+// One 64×64 tile of y per block; tiles past the edges of T, N or K are zero-filled.
+__global__ void __launch_bounds__(kTileThreads)
+    GemmKernel(const __half* __restrict__ x, const __half* __restrict__ w, __half* __restrict__ y, int64_t T,
+               int64_t K, int64_t N, bool vec) {
+  __shared__ __align__(32) TileShared s;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTileM, n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
+  MmaTile(
+      s, K,
+      [&](int row, int64_t k, __half* dst) { LoadHalf8(m0 + row < T ? x + (m0 + row) * K : nullptr, k, K, vec, dst); },
+      [&](int row, int64_t k, __half* dst) { LoadHalf8(n0 + row < N ? w + (n0 + row) * K : nullptr, k, K, vec, dst); });
+  for (int e = threadIdx.x; e < kTileM * kTileN; e += blockDim.x) {
+    const int r = e / kTileN, c = e % kTileN;
+    if (m0 + r < T && n0 + c < N) y[(m0 + r) * N + n0 + c] = __float2half(s.c[r][c]);
+  }
+}
+
+inline void Launch(const __half* x, const __half* w, __half* y, int64_t T, int64_t K, int64_t N, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(CeilDiv(N, kTileN)), static_cast<unsigned>(CeilDiv(T, kTileM)));
+  const bool vec = K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  GemmKernel<<<grid, kTileThreads, 0, stream>>>(x, w, y, T, K, N, vec);
+}
+
+}  // namespace q38::cuda::gemm_v0

@@ -1,0 +1,152 @@
+// The pipelined tensor-core block tile of prefill's GEMMs (the dense GEMM and the grouped expert
+// GEMM): C[BM × BN] = A[BM × K] · B[BN × K]ᵀ in FP32 by WMMA 16×16×16, the way Volta GEMMs feed
+// the tensor cores without cp.async or ldmatrix. Each k-step of 32 columns, every thread first
+// issues its global loads of the next step into registers, then the warps multiply the current
+// step from shared memory, then the registers go to the other of two shared buffers: one barrier
+// a step, and the next step's loads in flight during this step's math. Shared rows are padded to
+// 80 bytes, so that the fragment loads (8 rows of 16 bytes a phase) touch 32 distinct banks.
+// After the last step the operand buffers hold each warp's 16 × 32 slices of C in turn for the
+// epilogue, which the caller supplies (its activation, gate or scale applied once, in FP32).
+#pragma once
+
+#include <mma.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/device_math.cuh"
+
+namespace q38::cuda {
+
+// A block tile of kBM × kBN by kWarpsM × kWarpsN warps, each warp a (kBM / kWarpsM) ×
+// (kBN / kWarpsN) grid of 16×16 accumulator fragments.
+template <int kBM_, int kBN_, int kWarpsM_, int kWarpsN_>
+struct TileShape {
+  static constexpr int kBM = kBM_, kBN = kBN_, kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
+  static constexpr int kBK = 32;           // K columns a step
+  static constexpr int kLd = kBK + 8;      // halves a shared row: 80 bytes
+  static constexpr int kThreads = kWarpsM * kWarpsN * kWarp;
+  static constexpr int kWM = kBM / kWarpsM, kWN = kBN / kWarpsN;
+  static constexpr int kFM = kWM / 16, kFN = kWN / 16;
+  // 8-half runs of one step each thread moves: a row of the step is 4 runs.
+  static constexpr int kRunsA = kBM * kBK / 8 / kThreads, kRunsB = kBN * kBK / 8 / kThreads;
+  static constexpr int kOutLd = 2 * 16 + 4;  // floats a row of an epilogue slice (16 × 32)
+  static constexpr int kOperandBytes = 2 * (kBM + kBN) * kLd * 2;
+  static constexpr int kOutBytes = kWarpsM * kWarpsN * 16 * kOutLd * 4;
+  static constexpr int kSharedBytes = kOperandBytes > kOutBytes ? kOperandBytes : kOutBytes;
+  static_assert(kWM % 16 == 0 && kWN % 32 == 0, "warp tiles of whole fragments, columns in pairs");
+  static_assert(kBM * kBK / 8 % kThreads == 0 && kBN * kBK / 8 % kThreads == 0, "every thread moves whole runs");
+  static_assert(kSharedBytes <= 48 * 1024, "static shared memory");
+};
+
+// The block's shared memory: the two operand buffers, or the warps' epilogue slices after the loop.
+template <typename Shape>
+struct alignas(128) PipelineShared {
+  unsigned char raw[Shape::kSharedBytes];
+  __device__ __half* A(int stage, int row) {
+    return reinterpret_cast<__half*>(raw) + (stage * Shape::kBM + row) * Shape::kLd;
+  }
+  __device__ __half* B(int stage, int row) {
+    return reinterpret_cast<__half*>(raw) + (2 * Shape::kBM + stage * Shape::kBN + row) * Shape::kLd;
+  }
+  __device__ float* Out(int warp) { return reinterpret_cast<float*>(raw) + warp * 16 * Shape::kOutLd; }
+};
+
+// An operand as the pipeline reads it: a `Run` is what a thread holds in registers for 8
+// consecutive halves of one tile row (raw as loaded: FP16, or codes and a block scale),
+// Fetch(row, k) loads it (zeros past the operand's rows or K; k is a multiple of 8) and
+// Stash(run, dst) writes its 8 halves to 16-byte aligned shared memory.
+//
+// FP16 rows, row-major with `ld` halves a row; a null row pointer stands for a row of zeros.
+struct HalfRun {
+  uint4 v;
+};
+__device__ __forceinline__ HalfRun FetchHalfRun(const __half* row, int64_t k, int64_t K) {
+  return {row != nullptr && k < K ? __ldg(reinterpret_cast<const uint4*>(row + k)) : make_uint4(0, 0, 0, 0)};
+}
+__device__ __forceinline__ void StashHalfRun(const HalfRun& r, __half* dst) { *reinterpret_cast<uint4*>(dst) = r.v; }
+
+// Runs the tile over K (a multiple of 8). a.Fetch / b.Fetch / Stash as above, rows within the
+// tile. Then, for each warp's fragment row i and fragment column pair (j, j + 1), the slice of
+// 16 rows × 32 columns of C (FP32, kOutLd floats a row) at tile row m and column n goes to
+// epilogue(slice, m, n, lane), by the warp's 32 lanes together.
+template <typename Shape, typename SideA, typename SideB, typename Epilogue>
+__device__ __forceinline__ void PipelinedTile(PipelineShared<Shape>& s, int64_t K, const SideA& a, const SideB& b,
+                                              Epilogue epilogue) {
+  using namespace nvcuda;
+  constexpr int kFM = Shape::kFM, kFN = Shape::kFN, kBK = Shape::kBK, kLd = Shape::kLd;
+  const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
+  const int wm = (warp / Shape::kWarpsN) * Shape::kWM, wn = (warp % Shape::kWarpsN) * Shape::kWN;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kFM][kFN];
+#pragma unroll
+  for (int i = 0; i < kFM; ++i)
+#pragma unroll
+    for (int j = 0; j < kFN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+
+  typename SideA::Run ra[Shape::kRunsA];
+  typename SideB::Run rb[Shape::kRunsB];
+  // Run r of a step is row r / 4, columns (r % 4) · 8: four threads read a row's 64 bytes.
+  auto fetch = [&](int64_t k0) {
+#pragma unroll
+    for (int i = 0; i < Shape::kRunsA; ++i) {
+      const int r = tid + i * Shape::kThreads;
+      ra[i] = a.Fetch(r / 4, k0 + (r % 4) * 8);
+    }
+#pragma unroll
+    for (int i = 0; i < Shape::kRunsB; ++i) {
+      const int r = tid + i * Shape::kThreads;
+      rb[i] = b.Fetch(r / 4, k0 + (r % 4) * 8);
+    }
+  };
+  auto stash = [&](int stage) {
+#pragma unroll
+    for (int i = 0; i < Shape::kRunsA; ++i) {
+      const int r = tid + i * Shape::kThreads;
+      SideA::Stash(ra[i], s.A(stage, r / 4) + (r % 4) * 8);
+    }
+#pragma unroll
+    for (int i = 0; i < Shape::kRunsB; ++i) {
+      const int r = tid + i * Shape::kThreads;
+      SideB::Stash(rb[i], s.B(stage, r / 4) + (r % 4) * 8);
+    }
+  };
+
+  const int64_t steps = CeilDivDevice(K, kBK);
+  fetch(0);
+  stash(0);
+  __syncthreads();
+  for (int64_t step = 0; step < steps; ++step) {
+    const int stage = static_cast<int>(step & 1);
+    if (step + 1 < steps) fetch((step + 1) * kBK);
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb[kFN];
+#pragma unroll
+      for (int j = 0; j < kFN; ++j) wmma::load_matrix_sync(fb[j], s.B(stage, wn + 16 * j) + kk, kLd);
+#pragma unroll
+      for (int i = 0; i < kFM; ++i) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+        wmma::load_matrix_sync(fa, s.A(stage, wm + 16 * i) + kk, kLd);
+#pragma unroll
+        for (int j = 0; j < kFN; ++j) wmma::mma_sync(acc[i][j], fa, fb[j], acc[i][j]);
+      }
+    }
+    // The other buffer was last read in the step before, which the barrier below it closed.
+    if (step + 1 < steps) stash(stage ^ 1);
+    __syncthreads();
+  }
+
+  float* slice = s.Out(warp);
+#pragma unroll
+  for (int i = 0; i < kFM; ++i) {
+#pragma unroll
+    for (int j = 0; j < kFN; j += 2) {
+      wmma::store_matrix_sync(slice, acc[i][j], Shape::kOutLd, wmma::mem_row_major);
+      wmma::store_matrix_sync(slice + 16, acc[i][j + 1], Shape::kOutLd, wmma::mem_row_major);
+      __syncwarp();
+      epilogue(static_cast<const float*>(slice), wm + 16 * i, wn + 16 * j, lane);
+      __syncwarp();
+    }
+  }
+}
+
+}  // namespace q38::cuda
