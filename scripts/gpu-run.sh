@@ -11,6 +11,10 @@
 # files, the profiles.
 # Scratch files (checkpoints, one test's log) stay outside $OUT, so that a run cut off before the
 # archive still leaves fewer files there than the device tool brings back.
+# Q38_GPU_PARTS picks some of the parts for a call that has not the time for all (a device call
+# runs at most 10 minutes): a space-separated list of tests, benches, comm, contract, tiny, full
+# (full size at TP1) and tp4 (full size at TP4 on one GPU); the default is the first five, and the
+# last two with Q38_FULL_SIZE. Q38_EVAL_SMALL and Q38_PROFILE add their parts to any list.
 # Usage: scripts/gpu-run.sh [PACKED_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +28,8 @@ summary="$out/summary.txt"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 note() { echo "$*" | tee -a "$summary"; }
+parts=" ${Q38_GPU_PARTS:-tests benches comm contract tiny${Q38_FULL_SIZE:+ full tp4}} "
+part() { [[ $parts == *" $1 "* ]]; }
 
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 note "q38 GPU run $(date -u +%FT%TZ) on $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs)"
@@ -53,7 +59,7 @@ diagnose_crash() {
 }
 
 failed=0
-for t in cuda_backend_test linear_cuda_test norm_cuda_test rope_cuda_test conv_cuda_test gdn_cuda_test \
+part tests && for t in cuda_backend_test linear_cuda_test norm_cuda_test rope_cuda_test conv_cuda_test gdn_cuda_test \
          attention_cuda_test moe_cuda_test hc_cuda_test ple_cuda_test logits_cuda_test cuda_group_test model_cuda_test \
          gpu_server_test parity_test; do
   start=$SECONDS
@@ -74,6 +80,7 @@ done
 # graph, the prefill GEMM. Its tables go to the summary, its output to linear-bench.log;
 # Q38_BENCH_SWEEP=1 adds every GEMV configuration (linear-bench-sweep.csv). A variant that
 # disagrees with the reference fails the run.
+if part benches; then
 start=$SECONDS
 timeout 300 "$packed/bin/linear_bench" ${Q38_BENCH_SWEEP:+--sweep --csv "$out/linear-bench-sweep.csv"} \
     > "$out/linear-bench.log" 2>&1
@@ -94,28 +101,33 @@ for bench in hc_bench logits_bench moe_bench gdn_bench rope_bench attention_benc
   note "$(printf '%-22s %-4s %4ss' "$bench" "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" $((SECONDS - start)))"
   grep -E '^\||MISMATCH' "$out/$bench.log" | sed 's/^/    /' | tee -a "$summary"
 done
+fi
 
 # The collective bench (worker/comm/comm_bench.cc): the IPC all-reduce, one-shot and two-shot,
 # 1 KB to 64 MB, at world 2 and 4, ranks as processes and as threads; NCCL's beside it where each
 # rank has a GPU of its own.
+if part comm; then
 start=$SECONDS
 timeout 300 "$packed/bin/comm_bench" > "$out/comm_bench.log" 2>&1
 rc=$?
 [[ $rc -eq 0 ]] || failed=1
 note "$(printf '%-22s %-4s %4ss' comm_bench "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" $((SECONDS - start)))"
 grep -E '^\||^world|^route|MISMATCH' "$out/comm_bench.log" | sed 's/^/    /' | tee -a "$summary"
+fi
 
 # The small model's contract benchmark, health checks included, through the server at TP4 with
 # every worker on GPU 0 (CUDA IPC; deploy/contracts/small-cuda.json).
-bash scripts/gpu-contract-one-gpu.sh "$packed" "$out" | tee -a "$summary"
-[[ ${PIPESTATUS[0]} -eq 0 ]] || failed=1
+if part contract; then
+  bash scripts/gpu-contract-one-gpu.sh "$packed" "$out" | tee -a "$summary"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || failed=1
+fi
 
 # Measurements: the tiny model through the runner at TP1 and TP2 where two GPUs are visible
 # (graphs on), medians of 5.
 ckpt="$scratch/tiny"
 "$packed/bin/q38-make-checkpoint" --out "$ckpt" --size tiny --seed 1 > /dev/null
 tps=1; [[ $(nvidia-smi -L | wc -l) -ge 2 ]] && tps="1 2"
-for tp in $tps; do
+part tiny && for tp in $tps; do
   "$packed/bin/q38-bench-model" --model "$ckpt" --device cuda --tp "$tp" --prompt_tokens 512 --decode_tokens 128 \
       --repeats 5 > "$scratch/bench.log" 2>&1 && note "tiny TP$tp: $(grep -E '^[0-9]' "$scratch/bench.log")"
   cat "$scratch/bench.log" >> "$out/bench.log"
@@ -130,10 +142,8 @@ if [[ -n "${Q38_EVAL_SMALL:-}" ]]; then
   note "small model on GPUs: eval_server exit $? (eval-small/eval.md)"
   grep -E "^\| (arithmetic|copy|retrieval) \|" "$out/eval-small/eval.md" 2>/dev/null | tee -a "$summary"
 fi
-if [[ -n "${Q38_FULL_SIZE:-}" ]]; then
-  bash scripts/gpu-full-size.sh "$packed" "$out" | tee -a "$summary"
-  bash scripts/gpu-tp4-one-gpu.sh "$packed" "$out" | tee -a "$summary"
-fi
+part full && bash scripts/gpu-full-size.sh "$packed" "$out" | tee -a "$summary"
+part tp4 && bash scripts/gpu-tp4-one-gpu.sh "$packed" "$out" | tee -a "$summary"
 if [[ -n "${Q38_PROFILE:-}" ]]; then
   bash scripts/gpu-kernel-profile.sh "$packed" "$out" "${Q38_PROFILE_TIMEOUT_S:-200}" | tee -a "$summary"
 fi

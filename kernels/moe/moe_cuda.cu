@@ -1,3 +1,5 @@
+#include <type_traits>
+
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/wmma_pipeline.cuh"
@@ -251,23 +253,33 @@ __global__ void __launch_bounds__(ExpertTile::kThreads, 2)
   });
 }
 
-// The decode kernels' rows a lane group and runs loaded ahead, as moe_bench's sweep chose them.
+// The lane-group decode kernels' rows a lane group and runs loaded ahead, as moe_bench's sweep
+// chose them (down only where the chunked kernel does not take the shape).
 struct DecodeShape {
   int rows, ahead;
 };
 constexpr DecodeShape kDecodeGateUp{1, 0}, kDecodeDown{2, 3};
+
+// The chunked down kernel (moe_decode.cuh) where it takes the shape: NVFP4 weights whose K fit
+// it. False where the lane-group kernel must run instead.
+template <typename Rows>
+bool DownChunked(const Rows& down, const int32_t* idx, ExpertScratch s, int64_t pairs, cudaStream_t stream) {
+  if constexpr (!std::is_same_v<Rows, moe_decode::Nvfp4Rows>) {
+    return false;
+  } else {
+    if (!moe_decode::ChunksFit(down)) return false;
+    moe_decode::LaunchDownChunks(s.act, idx, down, s.pair_out, pairs, stream);
+    Q38_CUDA_LAUNCHED();
+    return true;
+  }
+}
 
 template <typename Rows>
 void RunExperts(const __half* h, const int32_t* idx, const __half* w, const Rows& gate_up, const Rows& down,
                 __half* out, ExpertScratch s, int64_t T, int64_t k, int64_t E, cudaStream_t stream,
                 GatedShared shared) {
   const int64_t I = down.K, H = down.N, pairs = T * k;
-  if (T <= kPairwiseMaxTokens) {
-    moe_decode::LaunchGateUp<Rows, kDecodeGateUp.rows, kDecodeGateUp.ahead>(h, idx, gate_up, s.act, pairs, k, stream);
-    Q38_CUDA_LAUNCHED();
-    moe_decode::LaunchDown<Rows, kDecodeDown.rows, kDecodeDown.ahead>(s.act, idx, down, s.pair_out, pairs, stream);
-    Q38_CUDA_LAUNCHED();
-  } else {
+  if (T > kPairwiseMaxTokens) {
     const int64_t tiles = CeilDiv(pairs, kExpertTileRows) + E;  // bounds Σ_e ⌈count_e / 64⌉
     CHECK_LE(tiles, 65535) << "too many expert tiles for one grid";
     GroupPairsKernel<<<1, 1024, 2 * E * sizeof(int32_t), stream>>>(idx, pairs, E, s.groups);
@@ -278,6 +290,13 @@ void RunExperts(const __half* h, const int32_t* idx, const __half* w, const Rows
     GroupedExpertKernel<Rows, false><<<dim3(CeilDiv(H, ExpertTile::kBN), tiles), ExpertTile::kThreads, 0, stream>>>(
         s.act, 1, s.groups, E, down, nullptr, s.pair_out);
     Q38_CUDA_LAUNCHED();
+  } else {
+    moe_decode::LaunchGateUp<Rows, kDecodeGateUp.rows, kDecodeGateUp.ahead>(h, idx, gate_up, s.act, pairs, k, stream);
+    Q38_CUDA_LAUNCHED();
+    if (!DownChunked(down, idx, s, pairs, stream)) {
+      moe_decode::LaunchDown<Rows, kDecodeDown.rows, kDecodeDown.ahead>(s.act, idx, down, s.pair_out, pairs, stream);
+      Q38_CUDA_LAUNCHED();
+    }
   }
   CombineKernel<<<CeilDiv(T * H, 256), 256, 0, stream>>>(s.pair_out, w, out, T, k, H, shared);
   Q38_CUDA_LAUNCHED();

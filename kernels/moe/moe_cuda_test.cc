@@ -97,12 +97,16 @@ void ExpectSameExperts(BackendPair& b, int64_t T, int64_t E, int64_t k, int64_t 
 TEST(MoeCuda, Nvfp4ExpertsAtModelWidth) {
   Q38_REQUIRE_GPU();
   BackendPair b;
+  // The chunked down kernel at 4, 2, 1 and 16 lanes a row (K = 640, 320, 160, 2048).
   ExpectSameExperts(b, 1, 12, 10, 2560, 640, true);  // decode, TP1
+  ExpectSameExperts(b, 2, 12, 10, 2560, 320, true);  // TP2 slice of I
   ExpectSameExperts(b, 3, 12, 10, 2560, 160, true);  // TP4 slice of I
+  ExpectSameExperts(b, 1, 4, 2, 2048, 2048, true);   // 16 lanes a row, 2 rows a warp
+  // Down's lane groups, where the chunks do not fit: K not a multiple of 32 (runs a lane loads at
+  // once: gate/up 12 in batches of 8 and 4; down 5).
   ExpectSameExperts(b, 9, 5, 3, 48, 16, true);       // small and awkward
-  // Runs a lane loads at once: gate/up 4, and 12 in batches of 8 and 4; down 8, and 5.
-  ExpectSameExperts(b, 1, 4, 2, 2048, 2048, true);
   ExpectSameExperts(b, 2, 4, 2, 6144, 1040, true);
+  ExpectSameExperts(b, 1, 5, 3, 96, 48, true);
 }
 
 // Above kPairwiseMaxTokens the pairs are grouped by expert into WMMA tiles: several tiles per

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/linear/linear_gemv.cuh"
 #include "kernels/moe/moe_cuda.h"
 
 namespace q38::cuda::moe_decode {
@@ -19,11 +20,15 @@ namespace q38::cuda::moe_decode {
 // and the mantissa's top bit) make 2⁻¹⁴ × its value, zero and the subnormal 0.5 included, and its
 // sign goes to bit 15. Pair i of a word of eight codes holds code i (low half) and code i + 4.
 template <int kPair>
-__device__ __forceinline__ float2 E2m1PairScaled(uint32_t c) {
+__device__ __forceinline__ __half2 E2m1PairBits(uint32_t c) {
   constexpr int kMag = 9 - 4 * kPair, kSign = 12 - 4 * kPair;
   const uint32_t mag = kMag >= 0 ? c << kMag : c >> -kMag;
   const uint32_t bits = (mag & 0x0E000E00u) | ((c << kSign) & 0x80008000u);
-  return __half22float2(*reinterpret_cast<const __half2*>(&bits));
+  return *reinterpret_cast<const __half2*>(&bits);
+}
+template <int kPair>
+__device__ __forceinline__ float2 E2m1PairScaled(uint32_t c) {
+  return __half22float2(E2m1PairBits<kPair>(c));
 }
 
 // E4M3 (FN) to FP32 through FP16 the same way: exponent and mantissa (eeee mmm) at FP16 bits
@@ -103,10 +108,20 @@ struct Nvfp4Rows {
     return {__ldg(reinterpret_cast<const uint32_t*>(codes + row * (K / 2) + j / 2)),
             __ldg(scales + row * (K / 16) + j / 16)};
   }
+  // Two codes a half2 (E2m1PairBits: 2⁻¹⁴ × their values), times 2¹⁴ and the block scale in FP16:
+  // each product is exact (a code has at most 2 significant bits, a scale 4; 2⁻¹⁰ ≤ |value| ≤
+  // 2688), so the tile holds the values code · scale as FP32 arithmetic would round them.
   __device__ __forceinline__ static void StashTile8(const TileRun& r, __half* out) {
-    const float s = E4m3(r.scale);
+    const __half2 scale = __float2half2_rn(E4m3(r.scale)), unscale = __float2half2_rn(16384.0f);
+    const __half2 v[4] = {E2m1PairBits<0>(r.c), E2m1PairBits<1>(r.c), E2m1PairBits<2>(r.c), E2m1PairBits<3>(r.c)};
+    __half2 o[4];  // codes 0..7 in column order: pair p holds codes p and p + 4
 #pragma unroll
-    for (int i = 0; i < 8; ++i) out[i] = __float2half(E2m1(r.c >> (4 * i)) * s);
+    for (int p = 0; p < 2; ++p) {
+      const __half2 lo = __hmul2(__hmul2(v[2 * p], unscale), scale), hi = __hmul2(__hmul2(v[2 * p + 1], unscale), scale);
+      o[p] = __lows2half2(lo, hi);
+      o[p + 2] = __highs2half2(lo, hi);
+    }
+    *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(o);
   }
 };
 
@@ -283,6 +298,113 @@ void LaunchDown(const __half* act, const int32_t* idx, const Rows& down, float* 
   const int group = RowGroupLanes(down.K, kDownCols);
   DownKernel<Rows, kRows, kAhead><<<dim3(pairs, CeilDiv(down.N, kThreads / group * kRows)), kThreads, 0, stream>>>(
       act, idx, down, pair_out, group);
+}
+
+// The chunked down kernel (NVFP4 only): a lane takes whole 16-byte chunks of codes (32 columns
+// and their two block scales) and issues all of its kChunks chunks' loads before any arithmetic;
+// `lanes` lanes share a row (ChunkLanes), so the lanes of a row read adjacent chunks and a warp's
+// load covers 32 / lanes whole rows' stretches. Against the lane groups above (4 bytes a lane a
+// load, one scale byte each) a warp keeps 2.5 KB in flight instead of about 1: at K = 640 a TP1
+// call takes 7.8 µs against 10.7 (moe_bench, run D2). The same scheme for gate/up (K = 2,560,
+// 16 lanes a row) was slower than its lane groups (13.2 µs against 12.7) and is not kept. The
+// row's input x sits in shared memory, its 64-byte chunks' four 16-byte pieces rotated by chunk,
+// so that the pieces the lanes of a row read at once fall in distinct banks. Sums: each lane
+// adds its chunks in order (each chunk as two 16-column dots times their scales), then the row's
+// lanes meet by shuffles in a fixed order.
+constexpr int kChunkCols = 32, kChunks = 5, kChunkThreads = 256;
+
+// Lanes a row for K columns: the fewest (a power of two) that give no lane more than kChunks
+// chunks, or 0 where K is not a multiple of 32 or a warp would not do (the lane groups take those).
+inline int ChunkLanes(int64_t K) {
+  if (K % kChunkCols != 0) return 0;
+  const int64_t chunks = K / kChunkCols;
+  for (int lanes = 1; lanes <= kWarp; lanes *= 2) {
+    if (chunks <= int64_t{lanes} * kChunks) return lanes;
+  }
+  return 0;
+}
+
+// Piece v (8 halves) of chunk j of x, in the rotated shared layout.
+__device__ __forceinline__ int XPiece(int j, int v) { return 4 * j + ((v + (j >> 1)) & 3); }
+
+// x [K] (K a multiple of 32) into shared memory, by the whole block.
+__device__ __forceinline__ void StageX(const __half* x, int K, uint4* xs) {
+  for (int p = threadIdx.x; p < K / 8; p += blockDim.x) {
+    xs[XPiece(p / 4, p % 4)] = __ldg(reinterpret_cast<const uint4*>(x) + p);
+  }
+}
+
+// One lane's chunks of weight row `row` (a row of the whole projection, -1 for none): chunk
+// j = q + lanes·u for u < kChunks, zeros past the row.
+struct RowChunks {
+  uint4 c[kChunks];
+  uint32_t s[kChunks];
+};
+__device__ __forceinline__ RowChunks LoadRowChunks(const Nvfp4Rows& rows, int64_t row, int q, int lanes) {
+  RowChunks r;
+  const int chunks = static_cast<int>(rows.K / kChunkCols);
+  const int64_t at = row >= 0 ? row : 0;
+  const uint4* codes = reinterpret_cast<const uint4*>(rows.codes + at * (rows.K / 2));
+  const uint16_t* scales = reinterpret_cast<const uint16_t*>(rows.scales + at * (rows.K / 16));
+#pragma unroll
+  for (int u = 0; u < kChunks; ++u) {
+    const int j = q + lanes * u;
+    const bool live = row >= 0 && j < chunks;
+    r.c[u] = live ? gemv::LoadStreamed(codes + j) : make_uint4(0, 0, 0, 0);
+    r.s[u] = live ? __ldg(scales + j) : 0u;  // zero codes and scales: the chunk adds 0
+  }
+  return r;
+}
+
+// The lane's part of its row's dot with x (scaled by 1/kUnscale, as Nvfp4Rows::Dot).
+__device__ __forceinline__ float RowChunksDot(const RowChunks& r, const uint4* xs, int q, int lanes, int chunks) {
+  float acc = 0;
+#pragma unroll
+  for (int u = 0; u < kChunks; ++u) {
+    const int j = q + lanes * u;
+    if (j >= chunks) break;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float xf[16];
+      LoadF<8>(reinterpret_cast<const __half*>(&xs[XPiece(j, 2 * half)]), xf);
+      LoadF<8>(reinterpret_cast<const __half*>(&xs[XPiece(j, 2 * half + 1)]), xf + 8);
+      const Nvfp4Rows::Run<16> run{{half ? r.c[u].z : r.c[u].x, half ? r.c[u].w : r.c[u].y},
+                                   half ? r.s[u] >> 8 : r.s[u] & 0xFFu};
+      acc += Nvfp4Rows::Dot<16>(run, xf);
+    }
+  }
+  return acc;
+}
+
+// Block (pair, 8 warps): warp slot s takes output row n = (warp index)·slots + s, into FP32.
+static __global__ void __launch_bounds__(kChunkThreads)
+    DownChunkKernel(const __half* __restrict__ act, const int32_t* __restrict__ idx, Nvfp4Rows rows,
+                    float* __restrict__ pair_out, int lanes) {
+  extern __shared__ uint4 xs[];
+  const int64_t pair = blockIdx.x, e = idx[pair];
+  const int lane = threadIdx.x % kWarp, slots = kWarp / lanes, q = lane % lanes;
+  const int64_t n = (static_cast<int64_t>(blockIdx.y) * (kChunkThreads / kWarp) + threadIdx.x / kWarp) * slots + lane / lanes;
+  const RowChunks r = LoadRowChunks(rows, n < rows.N ? e * rows.N + n : -1, q, lanes);
+  StageX(act + pair * rows.K, static_cast<int>(rows.K), xs);
+  __syncthreads();
+  float dot = RowChunksDot(r, xs, q, lanes, static_cast<int>(rows.K / kChunkCols));
+  for (int o = lanes / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+  if (q == 0 && n < rows.N) pair_out[pair * rows.N + n] = dot * Nvfp4Rows::kUnscale * rows.Global(e, n);
+}
+
+// Whether the chunked down kernel takes a projection: K a multiple of 32 and short enough for a
+// warp a row, codes 16-byte and scales 2-byte aligned (rows of K/2 and K/16 bytes keep them so).
+inline bool ChunksFit(const Nvfp4Rows& rows) {
+  return ChunkLanes(rows.K) >= 1 && reinterpret_cast<uintptr_t>(rows.codes) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(rows.scales) % 2 == 0;
+}
+
+inline void LaunchDownChunks(const __half* act, const int32_t* idx, const Nvfp4Rows& down, float* pair_out,
+                             int64_t pairs, cudaStream_t stream) {
+  const int lanes = ChunkLanes(down.K);
+  const int64_t rows_a_block = kChunkThreads / kWarp * (kWarp / lanes);
+  DownChunkKernel<<<dim3(pairs, CeilDiv(down.N, rows_a_block)), kChunkThreads, down.K * sizeof(__half), stream>>>(
+      act, idx, down, pair_out, lanes);
 }
 
 }  // namespace q38::cuda::moe_decode
