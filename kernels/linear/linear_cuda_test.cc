@@ -15,20 +15,32 @@ struct Shape {
   int64_t T, K, N;
 };
 
+// Seeded x [T, K] and w [N, K] on both backends, y by the CPU reference and by `gpu(b, x, w, y)`
+// (the GPU backend and its tensors): whether the two match.
+template <typename Gpu>
+::testing::AssertionResult MatchesReference(const Shape& s, uint32_t seed, Gpu gpu) {
+  BackendPair b;
+  auto x = b.Act(Normal(s.T * s.K, seed), {s.T, s.K});
+  std::vector<float> w = Normal(s.N * s.K, seed + 1);
+  for (float& v : w) v *= 0.05f;
+  auto wt = b.Act(w, {s.N, s.K});
+  auto y = b.Out({s.T, s.N});
+  b.cpu().Linear(x.cpu.t(), wt.cpu.t(), y.cpu.t());
+  gpu(b, x.gpu.t(), wt.gpu.t(), y.gpu.t());
+  return b.Matches(y);
+}
+
+const __half* Half(const Tensor& t) { return static_cast<const __half*>(t.data); }
+__half* Half(Tensor& t) { return static_cast<__half*>(t.data); }
+
 class LinearCuda : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(LinearCuda, MatchesReference) {
   Q38_REQUIRE_GPU();
   const Shape s = GetParam();
-  BackendPair b;
-  auto x = b.Act(Normal(s.T * s.K, 1), {s.T, s.K});
-  std::vector<float> w = Normal(s.N * s.K, 2);
-  for (float& v : w) v *= 0.05f;
-  auto wt = b.Act(w, {s.N, s.K});
-  auto y = b.Out({s.T, s.N});
-  b.cpu().Linear(x.cpu.t(), wt.cpu.t(), y.cpu.t());
-  b.gpu().Linear(x.gpu.t(), wt.gpu.t(), y.gpu.t());
-  EXPECT_TRUE(b.Matches(y)) << "T " << s.T << " K " << s.K << " N " << s.N;
+  EXPECT_TRUE(MatchesReference(s, 1, [](BackendPair& b, const Tensor& x, const Tensor& w, Tensor& y) {
+    b.gpu().Linear(x, w, y);
+  })) << "T " << s.T << " K " << s.K << " N " << s.N;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -77,16 +89,9 @@ TEST_P(LinearGemvConfig, MatchesReference) {
   Q38_REQUIRE_GPU();
   const cuda::GemvConfig c = GetParam().config;
   const Shape s = GetParam().shape;
-  BackendPair b;
-  auto x = b.Act(Normal(s.T * s.K, 3), {s.T, s.K});
-  std::vector<float> w = Normal(s.N * s.K, 4);
-  for (float& v : w) v *= 0.05f;
-  auto wt = b.Act(w, {s.N, s.K});
-  auto y = b.Out({s.T, s.N});
-  b.cpu().Linear(x.cpu.t(), wt.cpu.t(), y.cpu.t());
-  cuda::LinearGemv(c, static_cast<const __half*>(x.gpu.t().data), static_cast<const __half*>(wt.gpu.t().data),
-                   static_cast<__half*>(y.gpu.t().data), s.T, s.K, s.N, b.gpu().stream());
-  EXPECT_TRUE(b.Matches(y)) << "lanes " << c.lanes << " unroll " << c.unroll << " splits " << c.splits << "; T " << s.T << " K " << s.K << " N " << s.N;
+  EXPECT_TRUE(MatchesReference(s, 3, [&](BackendPair& b, const Tensor& x, const Tensor& w, Tensor& y) {
+    cuda::LinearGemv(c, Half(x), Half(w), Half(y), s.T, s.K, s.N, b.gpu().stream());
+  })) << "lanes " << c.lanes << " unroll " << c.unroll << " splits " << c.splits << "; T " << s.T << " K " << s.K << " N " << s.N;
 }
 
 std::vector<ConfigCase> ConfigCases() {
@@ -122,16 +127,9 @@ TEST_P(LinearGemmTile, MatchesReference) {
   Q38_REQUIRE_GPU();
   const TileCase c = GetParam();
   const Shape s = c.shape;
-  BackendPair b;
-  auto x = b.Act(Normal(s.T * s.K, 5), {s.T, s.K});
-  std::vector<float> w = Normal(s.N * s.K, 6);
-  for (float& v : w) v *= 0.05f;
-  auto wt = b.Act(w, {s.N, s.K});
-  auto y = b.Out({s.T, s.N});
-  b.cpu().Linear(x.cpu.t(), wt.cpu.t(), y.cpu.t());
-  cuda::LinearGemm(c.tile, static_cast<const __half*>(x.gpu.t().data), static_cast<const __half*>(wt.gpu.t().data),
-                   static_cast<__half*>(y.gpu.t().data), s.T, s.K, s.N, b.gpu().stream());
-  EXPECT_TRUE(b.Matches(y)) << cuda::GemmTileName(c.tile) << "; T " << s.T << " K " << s.K << " N " << s.N;
+  EXPECT_TRUE(MatchesReference(s, 5, [&](BackendPair& b, const Tensor& x, const Tensor& w, Tensor& y) {
+    cuda::LinearGemm(c.tile, Half(x), Half(w), Half(y), s.T, s.K, s.N, b.gpu().stream());
+  })) << cuda::GemmTileName(c.tile) << "; T " << s.T << " K " << s.K << " N " << s.N;
 }
 
 std::vector<TileCase> TileCases() {
