@@ -1,14 +1,20 @@
-// Lab bench of decode attention on one GPU (kernels/testing/bench_timing.h): one token at the
-// full-size per-rank shapes of TP1, TP2 and TP4 (24/12/6 query heads and 2/1/1 KV heads of 256,
-// 512 selected blocks of 4 tokens at position 8,191: 2,048 attended tokens in 33 splits), each of
-// a decode step's 12 layers on its own key and value cache. µs per layer in a CUDA graph of 12:
-// cuda::SelectedAttention whole, and its merge of the splits alone against the merge as it stood
-// before (one dependent load per split, three passes; kept here as "v0"), whose output is checked
-// bitwise against the merge of now; the exit status is 1 if it differs.
+// Lab bench of decode attention on one GPU (kernels/testing/bench_timing.h), µs per layer in a
+// CUDA graph of a decode step's 12 layers, each on its own caches:
+// - attention over the selection: one token at the full-size per-rank shapes of TP1, TP2 and TP4
+//   (24/12/6 query heads and 2/1/1 KV heads of 256, 512 selected blocks of 4 tokens at position
+//   8,191: 2,048 attended tokens in 65 splits), the grouped decode kernel that SelectedAttention
+//   launches against the query-head kernel, each with the merge, their outputs compared; and the
+//   merge alone against the merge as it stood before (one dependent load per split, three passes;
+//   kept here as "v0"), checked bitwise;
+// - the indexer's block selection (IndexerSelect: scores, then the top 512) at contexts from
+//   8,192 to 262,144 tokens.
+// The exit status is 1 if a check fails.
 // Usage: attention_bench
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
@@ -61,18 +67,31 @@ std::vector<uint16_t> Bits(const __half* d, int64_t n) {
   return h;
 }
 
-int Run(Bench& b) {
+// The largest |a − b| relative to the largest |b|, over FP16 outputs.
+double LargestGap(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  double gap = 0, top = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = __half2float(__ushort_as_half(a[i])), y = __half2float(__ushort_as_half(b[i]));
+    gap = std::max(gap, std::abs(x - y));
+    top = std::max(top, std::abs(y));
+  }
+  return top > 0 ? gap / top : gap;
+}
+
+int AttentionTable(Bench& b) {
   const cudaStream_t s = b.stream();
   int failures = 0;
   std::printf("\n## Decode attention, one token at position 8,191 (2,048 attended tokens)\n\n"
-              "µs per layer in a CUDA graph of 12 layers.\n\n"
-              "| TP | q heads | splits | SelectedAttention | merge v0 | merge now | v0 / now | same bits |\n"
-              "|---|---|---|---|---|---|---|---|\n");
+              "µs per layer in a CUDA graph of 12 layers; both split kernels with the merge. Largest gap: the "
+              "query-head kernel's output against the launched one's, relative to its largest value.\n\n"
+              "| TP | q heads | splits | query-head kernel | grouped decode kernel (launched) | query-head / grouped | "
+              "largest gap | merge v0 | merge now | v0 / now | same bits |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int tp : {1, 2, 4}) {
     const cuda::SelectedAttentionDims d{24 / tp, tp == 1 ? 2 : 1, kHeadDim, kRatio, kMaxBlocks};
     const int64_t splits = cuda::AttentionSplits(1, d), scratch_floats = cuda::AttentionScratchFloats(1, d);
     const int64_t cache = kSlots * d.kv_heads * kHeadDim, width = d.q_heads * kHeadDim;
-    DeviceArray<__half> q(width), k(kLayers * cache), v(kLayers * cache), o(width), o_v0(width);
+    DeviceArray<__half> q(width), k(kLayers * cache), v(kLayers * cache), o(width), o_heads(width), o_v0(width);
     DeviceArray<float> part(kLayers * scratch_floats);
     DeviceArray<int32_t> sel(kMaxBlocks);
     DeviceArray<int64_t> position(1);
@@ -88,8 +107,18 @@ int Run(Bench& b) {
       cuda::SelectedAttention(q.p, k.p + layer * cache, v.p + layer * cache, sel.p, position.p, o.p,
                               part.p + layer * scratch_floats, 1, d, st);
     };
+    const auto by_heads = [&](int i, cudaStream_t st) {
+      const int layer = i % kLayers;
+      float* pp = part.p + layer * scratch_floats;
+      cuda::QueryHeadAttention(q.p, k.p + layer * cache, v.p + layer * cache, sel.p, position.p, o_heads.p, pp, 1,
+                               splits, d, st);
+      cuda::AttentionMerge(pp, o_heads.p, 1, d.q_heads, kHeadDim, splits, st);
+    };
+    by_heads(kLayers - 1, s);
     for (int i = 0; i < kLayers; ++i) attend(i, s);  // every layer's partial results, for the merges alone
     Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+    const double gap = LargestGap(Bits(o_heads.p, width), Bits(o.p, width));
+    failures += gap < 2e-3 ? 0 : 1;
     const auto merge_v0 = [&](int i, cudaStream_t st) {
       MergeV0Kernel<<<d.q_heads, 128, 0, st>>>(part.p + (i % kLayers) * scratch_floats, o_v0.p, kHeadDim, splits);
     };
@@ -102,16 +131,53 @@ int Run(Bench& b) {
     Q38_CUDA_CHECK(cudaStreamSynchronize(s));
     const bool same = Bits(o.p, width) == Bits(o_v0.p, width);
     failures += same ? 0 : 1;
-    const Timing whole = b.Graph(kLayers, attend), tv0 = b.Graph(kLayers, merge_v0), now = b.Graph(kLayers, merge);
-    std::printf("| %d | %lld | %lld | %.2f | %.2f | %.2f | %.2f× | %s |\n", tp, static_cast<long long>(d.q_heads),
-                static_cast<long long>(splits), whole.median_us, tv0.median_us, now.median_us,
-                tv0.median_us / now.median_us, same ? "yes" : "NO");
+    const Timing heads = b.Graph(kLayers, by_heads), whole = b.Graph(kLayers, attend);
+    const Timing tv0 = b.Graph(kLayers, merge_v0), now = b.Graph(kLayers, merge);
+    std::printf("| %d | %lld | %lld | %.2f | %.2f | %.2f× | %.1e | %.2f | %.2f | %.2f× | %s |\n", tp,
+                static_cast<long long>(d.q_heads), static_cast<long long>(splits), heads.median_us, whole.median_us,
+                heads.median_us / whole.median_us, gap, tv0.median_us, now.median_us, tv0.median_us / now.median_us,
+                same ? "yes" : "NO");
     std::fflush(stdout);
   }
+  return failures;
+}
+
+// The indexer's selection for one token as the context grows: every complete block is scored
+// (4 heads of 128 against the pooled keys) and the top 512 are kept.
+void SelectionTable(Bench& b) {
+  const cudaStream_t s = b.stream();
+  constexpr int64_t kIndexHeads = 4, kIndexDim = 128;
+  std::printf("\n## Indexer selection, one token\n\n"
+              "µs per layer in a CUDA graph of 12 layers (IndexerSelect: scores, then the top %lld blocks).\n\n"
+              "| context | complete blocks | µs |\n|---|---|---|\n",
+              static_cast<long long>(kMaxBlocks));
+  for (int64_t context : {int64_t{8192}, int64_t{32768}, int64_t{131072}, int64_t{262144}}) {
+    const int64_t blocks = context / kRatio;
+    DeviceArray<__half> iq(kIndexHeads * kIndexDim), pooled(kLayers * blocks * kIndexDim);
+    DeviceArray<float> scratch(blocks);
+    DeviceArray<int32_t> sel(kMaxBlocks);
+    DeviceArray<int64_t> position(1);
+    FillHalfKernel<<<16, 256, 0, s>>>(iq.p, kIndexHeads * kIndexDim, 4, 1.0f);
+    FillHalfKernel<<<1024, 256, 0, s>>>(pooled.p, kLayers * blocks * kIndexDim, 5, 1.0f);
+    Q38_CUDA_LAUNCHED();
+    const int64_t pos = context - 1;
+    Q38_CUDA_CHECK(cudaMemcpyAsync(position.p, &pos, sizeof pos, cudaMemcpyHostToDevice, s));
+    const Timing t = b.Graph(kLayers, [&](int i, cudaStream_t st) {
+      cuda::IndexerSelect(iq.p, pooled.p + (i % kLayers) * blocks * kIndexDim, position.p, sel.p, scratch.p, 1,
+                          kIndexHeads, kIndexDim, kRatio, kMaxBlocks, blocks, st);
+    });
+    std::printf("| %lld | %lld | %.2f |\n", static_cast<long long>(context), static_cast<long long>(blocks), t.median_us);
+    std::fflush(stdout);
+  }
+}
+
+int Run(Bench& b) {
+  const int failures = AttentionTable(b);
+  SelectionTable(b);
   return failures;
 }
 
 }  // namespace
 }  // namespace q38
 
-int main() { return q38::bench::BenchMain("attention_bench", "merge of now = v0", q38::Run); }
+int main() { return q38::bench::BenchMain("attention_bench", "both split kernels agree; merge of now = v0", q38::Run); }

@@ -1,5 +1,6 @@
 #include "kernels/attention/attention_cuda.h"
 #include "kernels/attention/attended_tokens.cuh"
+#include "kernels/attention/attention_decode_cuda.h"
 #include "kernels/attention/attention_prefill_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
@@ -145,7 +146,6 @@ __global__ void __launch_bounds__(kSelectThreads)
 }
 
 constexpr int kAttnWarps = 4;
-constexpr int64_t kTokensPerSplit = 64;
 constexpr int kMaxDhPerLane = 8;  // head_dim ≤ 256
 
 // Block (query t, head h, split): online softmax over the split's tokens, a warp per token at a
@@ -216,13 +216,13 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp)
   }
 }
 
-// Merges the splits of each (query, head). The splits' maxima and sums go to shared memory in
-// one parallel read, and each output channel's loads are issued kCombineUnroll at a time, so the
-// merge costs a few memory round trips rather than three per split; every sum keeps the split
-// order.
-constexpr int kCombineUnroll = 16;
-__global__ void AttentionCombineKernel(const float* __restrict__ part, __half* __restrict__ o, int64_t dh,
-                                       int64_t splits) {
+// Merges the splits of each (query, head): block (query head, run of kMergeChannels channels),
+// a thread a channel. The splits' maxima and sums go to shared memory in one parallel read, and
+// each channel's loads are issued kCombineUnroll at a time, so the merge costs a few memory round
+// trips rather than three per split; every sum keeps the split order.
+constexpr int kCombineUnroll = 16, kMergeChannels = 64;
+__global__ void __launch_bounds__(kMergeChannels)
+    AttentionCombineKernel(const float* __restrict__ part, __half* __restrict__ o, int64_t dh, int64_t splits) {
   extern __shared__ float split_stats[];  // [splits] maxima, [splits] sums, [splits] exp(m − M)
   float *ms = split_stats, *ls = ms + splits, *es = ls + splits;
   const float* pp = part + static_cast<int64_t>(blockIdx.x) * splits * (dh + 2);
@@ -239,15 +239,15 @@ __global__ void AttentionCombineKernel(const float* __restrict__ part, __half* _
   for (int64_t s = 0; s < splits; ++s) {
     if (ms[s] != -INFINITY) L += ls[s] * es[s];
   }
-  for (int64_t c = threadIdx.x; c < dh; c += blockDim.x) {
-    float a = 0;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kMergeChannels + threadIdx.x;
+  if (c >= dh) return;
+  float a = 0;
 #pragma unroll kCombineUnroll
-    for (int64_t s = 0; s < splits; ++s) {
-      const float v = pp[s * (dh + 2) + 2 + c];
-      if (ms[s] != -INFINITY) a += v * es[s];
-    }
-    o[static_cast<int64_t>(blockIdx.x) * dh + c] = __float2half(a / L);
+  for (int64_t s = 0; s < splits; ++s) {
+    const float v = pp[s * (dh + 2) + 2 + c];
+    if (ms[s] != -INFINITY) a += v * es[s];
   }
+  o[static_cast<int64_t>(blockIdx.x) * dh + c] = __float2half(a / L);
 }
 
 }  // namespace
@@ -279,12 +279,35 @@ constexpr int64_t kSplitQueries = 16;
 
 int64_t AttentionSplits(int64_t T, const SelectedAttentionDims& d) {
   if (T > kSplitQueries) return 1;
-  return CeilDiv(d.max_blocks * d.ratio + d.ratio, kTokensPerSplit);
+  return CeilDiv(d.max_blocks * d.ratio + d.ratio, kDecodeSplitTokens);
 }
 
 int64_t AttentionScratchFloats(int64_t T, const SelectedAttentionDims& d) {
   const int64_t splits = AttentionSplits(T, d);
   return splits == 1 ? 0 : T * d.q_heads * splits * (d.head_dim + 2);
+}
+
+void QueryHeadAttention(const __half* q, const __half* kcache, const __half* vcache, const int32_t* sel,
+                        const int64_t* positions, __half* o, float* part, int64_t T, int64_t splits,
+                        const SelectedAttentionDims& d, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(T * d.q_heads), static_cast<unsigned>(splits));
+  switch (d.head_dim / kWarp) {
+    case 1:
+      AttentionKernel<1><<<grid, kAttnWarps * kWarp, 0, stream>>>(q, kcache, vcache, sel, positions, o, part, d, splits);
+      break;
+    case 2:
+      AttentionKernel<2><<<grid, kAttnWarps * kWarp, 0, stream>>>(q, kcache, vcache, sel, positions, o, part, d, splits);
+      break;
+    case 4:
+      AttentionKernel<4><<<grid, kAttnWarps * kWarp, 0, stream>>>(q, kcache, vcache, sel, positions, o, part, d, splits);
+      break;
+    case 8:
+      AttentionKernel<8><<<grid, kAttnWarps * kWarp, 0, stream>>>(q, kcache, vcache, sel, positions, o, part, d, splits);
+      break;
+    default:
+      LOG(FATAL) << "head_dim " << d.head_dim << " has no attention kernel (32, 64, 128, 256)";
+  }
+  Q38_CUDA_LAUNCHED();
 }
 
 void SelectedAttention(const __half* q, const __half* kcache, const __half* vcache, const int32_t* sel,
@@ -294,31 +317,21 @@ void SelectedAttention(const __half* q, const __half* kcache, const __half* vcac
     GroupedAttention(q, kcache, vcache, sel, positions, o, T, d, stream);
     return;
   }
+  // Decode's splits cover the most tokens a query can attend; prefill's one split only the
+  // query-head kernel covers whole.
   const int64_t splits = AttentionSplits(T, d);
-  const dim3 grid(static_cast<unsigned>(T * d.q_heads), static_cast<unsigned>(splits));
-  switch (d.head_dim / kWarp) {
-    case 1:
-      AttentionKernel<1><<<grid, kAttnWarps * kWarp, 0, stream>>>(q, kcache, vcache, sel, positions, o, scratch, d, splits);
-      break;
-    case 2:
-      AttentionKernel<2><<<grid, kAttnWarps * kWarp, 0, stream>>>(q, kcache, vcache, sel, positions, o, scratch, d, splits);
-      break;
-    case 4:
-      AttentionKernel<4><<<grid, kAttnWarps * kWarp, 0, stream>>>(q, kcache, vcache, sel, positions, o, scratch, d, splits);
-      break;
-    case 8:
-      AttentionKernel<8><<<grid, kAttnWarps * kWarp, 0, stream>>>(q, kcache, vcache, sel, positions, o, scratch, d, splits);
-      break;
-    default:
-      LOG(FATAL) << "head_dim " << d.head_dim << " has no attention kernel (32, 64, 128, 256)";
+  if (T <= kSplitQueries && DecodeAttentionFits(q, kcache, vcache, d)) {
+    DecodeAttention(q, kcache, vcache, sel, positions, o, scratch, T, splits, d, stream);
+  } else {
+    QueryHeadAttention(q, kcache, vcache, sel, positions, o, scratch, T, splits, d, stream);
   }
-  Q38_CUDA_LAUNCHED();
   if (splits > 1) AttentionMerge(scratch, o, T, d.q_heads, d.head_dim, splits, stream);
 }
 
 void AttentionMerge(const float* part, __half* o, int64_t T, int64_t q_heads, int64_t head_dim, int64_t splits,
                     cudaStream_t stream) {
-  AttentionCombineKernel<<<T * q_heads, 128, 3 * splits * sizeof(float), stream>>>(part, o, head_dim, splits);
+  const dim3 grid(static_cast<unsigned>(T * q_heads), static_cast<unsigned>(CeilDiv(head_dim, kMergeChannels)));
+  AttentionCombineKernel<<<grid, kMergeChannels, 3 * splits * sizeof(float), stream>>>(part, o, head_dim, splits);
   Q38_CUDA_LAUNCHED();
 }
 

@@ -30,7 +30,14 @@ int64_t AttentionScratchFloats(int64_t T, const SelectedAttentionDims& d);
 // it after its split kernel (attention_bench times it alone).
 void AttentionMerge(const float* part, __half* o, int64_t T, int64_t q_heads, int64_t head_dim, int64_t splits,
                     cudaStream_t stream);
-// head_dim 32, 64, 128 or 256.
+// The split kernel with one block per (query, query head, split), for the shapes the grouped
+// kernels do not take (more than 16 query heads per KV head); partial results as DecodeAttention
+// writes them. attention_bench times it beside DecodeAttention.
+void QueryHeadAttention(const __half* q, const __half* kcache, const __half* vcache, const int32_t* sel,
+                        const int64_t* positions, __half* o, float* part, int64_t T, int64_t splits,
+                        const SelectedAttentionDims& d, cudaStream_t stream);
+// head_dim 32, 64, 128 or 256. Decode (T ≤ 16) runs DecodeAttention (attention_decode_cuda.h)
+// and the merge; prefill the grouped kernel (attention_prefill_cuda.h).
 void SelectedAttention(const __half* q, const __half* kcache, const __half* vcache, const int32_t* sel,
                        const int64_t* positions, __half* o, float* scratch, int64_t T,
                        const SelectedAttentionDims& d, cudaStream_t stream);

@@ -97,6 +97,10 @@ TEST(AttentionCuda, DecodeSplitsTheContext) {
   ExpectSameAttention(b, 24, 2, 256, 512, {8190}, 8192);   // TP1, sparse
   ExpectSameAttention(b, 12, 1, 256, 512, {1500}, 2048);   // TP2, dense
   ExpectSameAttention(b, 8, 2, 32, 4, {0}, 16);            // the first token attends only itself
+  ExpectSameAttention(b, 6, 1, 256, 512, {8191}, 8192);    // TP4: no tail, every split whole
+  ExpectSameAttention(b, 16, 1, 128, 64, {300, 2, 257}, 512);  // three queries, a full group of 16
+  ExpectSameAttention(b, 2, 2, 64, 8, {37, 5}, 64);            // a group of one
+  ExpectSameAttention(b, 32, 1, 64, 8, {40, 33}, 64);          // a group past 16: the query-head kernel
 }
 
 TEST(AttentionCuda, PrefillGroupsQueryHeadsOnTensorCores) {
