@@ -49,6 +49,13 @@ TEST(AttentionCuda, SelectsTheSameBlocks) {
   ExpectSameSelection(b, Normal(nblocks * 128, 5), nblocks, {900, 33}, 7);  // awkward budget
 }
 
+TEST(AttentionCuda, SelectsAtTheLongestContext) {
+  Q38_REQUIRE_GPU();
+  BackendPair b;
+  const int64_t nblocks = 65536;  // 262,144 tokens: every warp of the selection walks many ids
+  ExpectSameSelection(b, Normal(nblocks * 128, 7), nblocks, {262143, 131074}, 512);
+}
+
 TEST(AttentionCuda, TiedScoresTakeTheLowestBlockIds) {
   Q38_REQUIRE_GPU();
   BackendPair b;
@@ -57,6 +64,12 @@ TEST(AttentionCuda, TiedScoresTakeTheLowestBlockIds) {
   const std::vector<float> row = Normal(128, 6);
   for (int64_t i = 0; i < nblocks; ++i) std::copy(row.begin(), row.end(), same.begin() + i * 128);
   ExpectSameSelection(b, same, nblocks, {2799, 1000}, 512);
+  // Five distinct keys over 20,000 blocks: the ties at the cut straddle every warp's ids.
+  const int64_t many = 20000;
+  const std::vector<float> rows = Normal(5 * 128, 8);
+  std::vector<float> few(many * 128);
+  for (int64_t i = 0; i < many; ++i) std::copy_n(rows.begin() + (i * 7 % 5) * 128, 128, few.begin() + i * 128);
+  ExpectSameSelection(b, few, many, {79999, 40000}, 512);
 }
 
 // Random ascending block ids below each query's visible count, −1 padded.
