@@ -200,7 +200,7 @@ int Run(Bench& b) {
 
     // Every configuration.
     for (int rows : {1, 2, 4}) {
-      for (int lanes : {8, 16, 32}) {
+      for (int lanes : {8, 16}) {
         const cuda::HcPreConfig k{rows, lanes};
         char what[64];
         std::snprintf(what, sizeof what, "down_rows %d up_lanes %d", rows, lanes);

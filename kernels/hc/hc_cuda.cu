@@ -175,65 +175,57 @@ __global__ void __launch_bounds__(kPreThreads)
   }
 }
 
-// h[c] = mean_s sigmoid(U[s·H + c]·a) · xn[s·H + c]. A lane group of kLanes takes column c: the
-// S rows of up that meet in it, kUpRows at a time, every row's weight loads (past L1) and a's (hot
-// in L1 and L2) issued before the arithmetic. Each row's lanes sum their runs in order and meet by
-// shuffles, so every lane holds every row's m; lane s holds stream s's xn (rebuilt from X and rstd
-// exactly as the down kernel rounded it, loaded before the weights arrive), and the group's first
-// lane adds the streams' sigmoid(m)·xn in stream order. No shared memory, no barrier.
-constexpr int kUpRows = 4;
+// h[c] = mean_s sigmoid(U[s·H + c]·a) · xn[s·H + c]. A lane group of kLanes a row of up (R
+// values) reads its weights past L1 and a (hot in L1 and L2) beside them; block b serves the
+// (column, stream) pairs 256/kLanes·b.. in column-major order, so its columns are whole, and they
+// meet in shared memory in stream order. xn is rebuilt from X and rstd exactly as the down
+// kernel rounded it.
 template <int kLanes>
 __global__ void __launch_bounds__(kPreThreads)
     HcPreUpKernel(const __half* __restrict__ a, const __half* __restrict__ U, const float* __restrict__ X,
                   const __half* __restrict__ nw, int nw_len, const float* __restrict__ rstd, __half* __restrict__ h,
                   int S, int H, int R) {
-  static_assert(kLanes >= kMaxStreams, "lane s of a group holds stream s's xn");
-  constexpr int kGroups = kPreThreads / kLanes, kLoads = 64 / kLanes;  // 64 runs (R = 512) a batch
-  const int l = threadIdx.x % kLanes, c = blockIdx.x * kGroups + threadIdx.x / kLanes;
+  constexpr int kRowsPerBlock = kPreThreads / kLanes, kLoads = 64 / kLanes;  // 64 runs (R = 512) a batch
+  __shared__ float contrib[kRowsPerBlock];
+  const int grp = threadIdx.x / kLanes, l = threadIdx.x % kLanes;
+  const int j = blockIdx.x * kRowsPerBlock + grp, c = j / S, s = j % S;
   const bool live = c < H;
-  const int runs = R / 8;
+  const int ri = s * H + c, runs = R / 8;
+  const uint4* row = reinterpret_cast<const uint4*>(U + static_cast<int64_t>(live ? ri : 0) * R);
   const uint4* a4 = reinterpret_cast<const uint4*>(a);
+  // This row's xn, exactly as the down kernel rounded it (its loads go out with the weights').
   float xn = 0;
-  if (live && l < S) {
-    const int ri = l * H + c;
-    xn = __half2float(__float2half(X[ri] * (rstd[l] * (1.0f + __half2float(nw[ri % nw_len])))));
-  }
-  float mine = 0;  // lane s: sigmoid(m_s) · xn_s
-  for (int s0 = 0; s0 < S; s0 += kUpRows) {
-    float acc[kUpRows] = {};
-    for (int c0 = l; c0 - l < runs; c0 += kLoads * kLanes) {
-      uint4 wv[kUpRows][kLoads], av[kLoads];
+  if (live) xn = __half2float(__float2half(X[ri] * (rstd[s] * (1.0f + __half2float(nw[ri % nw_len])))));
+
+  float acc = 0;
+  for (int c0 = l; c0 - l < runs; c0 += kLoads * kLanes) {
+    uint4 wv[kLoads], av[kLoads];
 #pragma unroll
-      for (int i = 0; i < kUpRows; ++i) {
-        const bool row_live = live && s0 + i < S;
-        const uint4* row = reinterpret_cast<const uint4*>(U + static_cast<int64_t>(row_live ? (s0 + i) * H + c : 0) * R);
-#pragma unroll
-        for (int u = 0; u < kLoads; ++u) {
-          const int cc = c0 + u * kLanes;
-          wv[i][u] = row_live && cc < runs ? gemv::LoadStreamed(row + cc) : make_uint4(0, 0, 0, 0);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kLoads; ++u) {
-        const int cc = c0 + u * kLanes;
-        av[u] = cc < runs ? __ldg(a4 + cc) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int i = 0; i < kUpRows; ++i) {
-#pragma unroll
-        for (int u = 0; u < kLoads; ++u) acc[i] += Dot8(wv[i][u], av[u]);
-      }
+    for (int u = 0; u < kLoads; ++u) {
+      const int cc = c0 + u * kLanes;
+      wv[u] = live && cc < runs ? gemv::LoadStreamed(row + cc) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
-    for (int i = 0; i < kUpRows; ++i) {
+    for (int u = 0; u < kLoads; ++u) {
+      const int cc = c0 + u * kLanes;
+      av[u] = cc < runs ? __ldg(a4 + cc) : make_uint4(0, 0, 0, 0);
+    }
 #pragma unroll
-      for (int o = kLanes / 2; o > 0; o >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
-      if (l == s0 + i) mine = Sigmoid(__half2float(__float2half(acc[i]))) * xn;  // m rounded to FP16 first
+    for (int u = 0; u < kLoads; ++u) acc += Dot8(wv[u], av[u]);
+  }
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (l == 0) contrib[grp] = Sigmoid(__half2float(__float2half(acc))) * xn;  // m rounded to FP16 first
+  __syncthreads();
+  const int cols = kRowsPerBlock / S;
+  if (threadIdx.x < cols) {
+    const int cc = blockIdx.x * cols + threadIdx.x;
+    if (cc < H) {
+      float sum = 0;
+      for (int t = 0; t < S; ++t) sum += contrib[threadIdx.x * S + t];
+      h[cc] = __float2half(sum / static_cast<float>(S));
     }
   }
-  float sum = 0;
-  for (int s = 0; s < S; ++s) sum += __shfl_sync(0xffffffffu, mine, s, kLanes);
-  if (l == 0 && live) h[c] = __float2half(sum / static_cast<float>(S));
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -273,7 +265,7 @@ HcPreConfig HcPreChoose(int64_t S, int64_t H, int64_t R) {
 
 bool HcPreFusedFits(int64_t S, int64_t H, int64_t R, int64_t norm_len, const void* X, const void* norm,
                     const void* down_inject, const void* up) {
-  return S >= 1 && S <= kMaxStreams && H >= 8 && H % 8 == 0 && R >= 8 && R % 8 == 0 &&
+  return S >= 1 && S <= kMaxStreams && kPreThreads / 16 % S == 0 && H >= 8 && H % 8 == 0 && R >= 8 && R % 8 == 0 &&
          (norm_len == H || norm_len == S * H) && S * H / 8 <= kMaxLaneRuns * kPreThreads &&
          Aligned16(X) && Aligned16(norm) && Aligned16(down_inject) && Aligned16(up);
 }
@@ -298,13 +290,10 @@ void HcPreFusedUp(const HcPreConfig& config, const float* X, const __half* norm,
   const int s = static_cast<int>(S), hh = static_cast<int>(H), r = static_cast<int>(R), nl = static_cast<int>(norm_len);
   switch (config.up_lanes) {
     case 8:
-      HcPreUpKernel<8><<<CeilDiv(H, kPreThreads / 8), kPreThreads, 0, stream>>>(a, up, X, norm, nl, rstd, h, s, hh, r);
+      HcPreUpKernel<8><<<CeilDiv(S * H, kPreThreads / 8), kPreThreads, 0, stream>>>(a, up, X, norm, nl, rstd, h, s, hh, r);
       break;
     case 16:
-      HcPreUpKernel<16><<<CeilDiv(H, kPreThreads / 16), kPreThreads, 0, stream>>>(a, up, X, norm, nl, rstd, h, s, hh, r);
-      break;
-    case 32:
-      HcPreUpKernel<32><<<CeilDiv(H, kPreThreads / 32), kPreThreads, 0, stream>>>(a, up, X, norm, nl, rstd, h, s, hh, r);
+      HcPreUpKernel<16><<<CeilDiv(S * H, kPreThreads / 16), kPreThreads, 0, stream>>>(a, up, X, norm, nl, rstd, h, s, hh, r);
       break;
     default: LOG(FATAL) << "HcPreFused: " << config.up_lanes << " up lanes a row";
   }

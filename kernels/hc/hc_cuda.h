@@ -24,15 +24,14 @@ void HcResidual(float* X, const __half* g, const __half* y, int64_t T, int64_t S
 //     per-stream sums of squares meet in shared memory, xn = X·rstd·(1 + norm) is rounded to FP16
 //     in registers, dotted with the rows, and the block writes a = silu(di[:R] / S) (FP16, into
 //     the `di` scratch) and g = 2·sigmoid(di[R:] / S); block 0 writes rstd [S] (F32);
-//  2. the up GEMV and the combine: a lane group of `up_lanes` takes a column, the S rows of up
-//     that meet in it read against a (four rows' loads in flight at once), the rows' sums meet
-//     by shuffles, and the group's first lane writes h = the mean of sigmoid(m)·xn in stream
-//     order (xn again from X and rstd).
+//  2. the up GEMV and the combine: a lane group of `up_lanes` a row of up reads its R weights
+//     against a, the S rows of one column meet in shared memory as sigmoid(m)·xn (xn again from
+//     X and rstd), h = their mean in stream order.
 // Rounds where the composition rounds (xn, di, a, m, h to FP16); sums in a fixed order that
 // depends on the shape and the configuration alone. Needs HcPreFusedFits (K = S·H ≤ 12,288).
 struct HcPreConfig {
   int down_rows = 4;  // rows of down_inject a block of the first kernel: 1, 2 or 4
-  int up_lanes = 16;  // lanes a column of up in the second kernel: 8, 16 or 32
+  int up_lanes = 16;  // lanes a row of up in the second kernel: 8 or 16
 };
 // The configuration HcPreFused uses for a shape.
 HcPreConfig HcPreChoose(int64_t S, int64_t H, int64_t R);
