@@ -108,9 +108,8 @@ __device__ void FindDigit(const int* hist, int lane, int shift, uint32_t prefix,
 // One block per query: when the visible complete blocks do not all fit, the top max_blocks by
 // score (ScoreKernel's), ties to the lower block id, written in ascending id order. Warp w owns
 // the ids [w·span, (w+1)·span) and reads them 32 at a time. Four radix passes of 8 bits find the
-// max_blocks-th largest key (the lanes of one digit add to its count once); then each warp counts
-// what it takes, the warps' offsets follow from those counts, and a second walk writes the ids in
-// order (ballots rank them within a step).
+// max_blocks-th largest key; then each warp counts what it takes, the warps' offsets follow from
+// those counts, and a second walk writes the ids in order (ballots rank them within a step).
 __global__ void __launch_bounds__(kSelectThreads)
     SelectKernel(const int64_t* __restrict__ positions, int32_t* __restrict__ sel, const float* __restrict__ scratch,
                  int ratio, int max_blocks, int64_t scratch_stride) {
@@ -134,18 +133,9 @@ __global__ void __launch_bounds__(kSelectThreads)
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
     __syncthreads();
-#pragma unroll 4
-    for (int b0 = lo; b0 < hi; b0 += kWarp) {
-      const int b = b0 + lane;
-      const uint32_t key = b < hi ? OrderKey(score[b]) : 0;
-      const bool counted = b < hi && (key & mask) == prefix;
-      const uint32_t digit = (key >> shift) & 255u, counting = __ballot_sync(0xffffffffu, counted);
-      if (counted) {
-        // Scores crowd into few digits (the first pass sees little more than the exponent): the
-        // lanes with one digit add once, through their lowest lane.
-        const uint32_t peers = __match_any_sync(counting, digit);
-        if (__ffs(peers) - 1 == lane) atomicAdd(&hist[digit], __popc(peers));
-      }
+    for (int b = lo + lane; b < hi; b += kWarp) {
+      const uint32_t key = OrderKey(score[b]);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1);
     }
     __syncthreads();
     if (warp == 0) FindDigit(hist, lane, shift, prefix, need, &prefix_sh, &need_sh);
