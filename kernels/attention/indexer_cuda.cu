@@ -72,11 +72,22 @@ __global__ void __launch_bounds__(kScoreThreads)
 }
 
 constexpr int kSelectThreads = 512, kSelectWarps = kSelectThreads / kWarp;
+constexpr int kKeyBatch = 8;  // 32-id steps whose scores a warp loads before it uses any
 
 // Scores, order-preserving as unsigned keys, so the k-th largest is found by radix selection.
 __device__ __forceinline__ uint32_t OrderKey(float f) {
   const uint32_t u = __float_as_uint(f);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The keys of ids b0 + u·32 + lane (u < kKeyBatch) below hi, all loads issued before the first
+// is used; 0 past hi.
+__device__ __forceinline__ void LoadKeys(const float* score, int b0, int hi, int lane, uint32_t* key) {
+#pragma unroll
+  for (int u = 0; u < kKeyBatch; ++u) {
+    const int b = b0 + u * kWarp + lane;
+    key[u] = b < hi ? OrderKey(score[b]) : 0;
+  }
 }
 
 // Warp 0, after a pass's histogram: the digit at which the count of keys from the top reaches
@@ -107,7 +118,7 @@ __device__ void FindDigit(const int* hist, int lane, int shift, uint32_t prefix,
 
 // One block per query: when the visible complete blocks do not all fit, the top max_blocks by
 // score (ScoreKernel's), ties to the lower block id, written in ascending id order. Warp w owns
-// the ids [w·span, (w+1)·span) and reads them 32 at a time. Four radix passes of 8 bits find the
+// the ids [w·span, (w+1)·span) and reads them 256 at a time (LoadKeys). Four radix passes of 8 bits find the
 // max_blocks-th largest key; then each warp counts what it takes, the warps' offsets follow from
 // those counts, and a second walk writes the ids in order (ballots rank them within a step).
 __global__ void __launch_bounds__(kSelectThreads)
@@ -133,9 +144,13 @@ __global__ void __launch_bounds__(kSelectThreads)
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
     __syncthreads();
-    for (int b = lo + lane; b < hi; b += kWarp) {
-      const uint32_t key = OrderKey(score[b]);
-      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1);
+    for (int b0 = lo; b0 < hi; b0 += kKeyBatch * kWarp) {
+      uint32_t key[kKeyBatch];
+      LoadKeys(score, b0, hi, lane, key);
+#pragma unroll
+      for (int u = 0; u < kKeyBatch; ++u) {
+        if (b0 + u * kWarp + lane < hi && (key[u] & mask) == prefix) atomicAdd(&hist[(key[u] >> shift) & 255u], 1);
+      }
     }
     __syncthreads();
     if (warp == 0) FindDigit(hist, lane, shift, prefix, need, &prefix_sh, &need_sh);
@@ -147,11 +162,15 @@ __global__ void __launch_bounds__(kSelectThreads)
   // prefix is the max_blocks-th largest key: take every key above it and the `need` lowest ids
   // equal to it.
   int above = 0, equal = 0;
-  for (int b0 = lo; b0 < hi; b0 += kWarp) {
-    const int b = b0 + lane;
-    const uint32_t key = b < hi ? OrderKey(score[b]) : 0;
-    above += __popc(__ballot_sync(0xffffffffu, b < hi && key > prefix));
-    equal += __popc(__ballot_sync(0xffffffffu, b < hi && key == prefix));
+  for (int b0 = lo; b0 < hi; b0 += kKeyBatch * kWarp) {
+    uint32_t key[kKeyBatch];
+    LoadKeys(score, b0, hi, lane, key);
+#pragma unroll
+    for (int u = 0; u < kKeyBatch; ++u) {
+      const bool in = b0 + u * kWarp + lane < hi;
+      above += __popc(__ballot_sync(0xffffffffu, in && key[u] > prefix));
+      equal += __popc(__ballot_sync(0xffffffffu, in && key[u] == prefix));
+    }
   }
   if (lane == 0) {
     warp_above[warp] = above;
@@ -164,15 +183,19 @@ __global__ void __launch_bounds__(kSelectThreads)
     equal_before += warp_equal[w];
   }
   const uint32_t below = (1u << lane) - 1;
-  for (int b0 = lo; b0 < hi; b0 += kWarp) {
-    const int b = b0 + lane;
-    const uint32_t key = b < hi ? OrderKey(score[b]) : 0;
-    const uint32_t equals = __ballot_sync(0xffffffffu, b < hi && key == prefix);
-    const bool take = b < hi && (key > prefix || (key == prefix && equal_before + __popc(equals & below) < need));
-    const uint32_t taken = __ballot_sync(0xffffffffu, take);
-    if (take) out[slot + __popc(taken & below)] = b;
-    slot += __popc(taken);
-    equal_before += __popc(equals);
+  for (int b0 = lo; b0 < hi; b0 += kKeyBatch * kWarp) {
+    uint32_t key[kKeyBatch];
+    LoadKeys(score, b0, hi, lane, key);
+#pragma unroll
+    for (int u = 0; u < kKeyBatch; ++u) {
+      const int b = b0 + u * kWarp + lane;
+      const uint32_t equals = __ballot_sync(0xffffffffu, b < hi && key[u] == prefix);
+      const bool take = b < hi && (key[u] > prefix || (key[u] == prefix && equal_before + __popc(equals & below) < need));
+      const uint32_t taken = __ballot_sync(0xffffffffu, take);
+      if (take) out[slot + __popc(taken & below)] = b;
+      slot += __popc(taken);
+      equal_before += __popc(equals);
+    }
   }
 }
 
