@@ -92,7 +92,8 @@ sed -n '/^ceilings/,$p' "$out/linear-bench.log" | sed 's/^/    /' | tee -a "$sum
 # greedy token (the logits to the host against ArgMax on the device), the routed experts
 # (decode and prefill, and the shared expert added in their combine), the GDN layer's four
 # kernels, attention's per-head norm and rotation (seven kernels against three), and decode
-# attention with its merge of the splits (against the merge before), at full-size shapes.
+# attention (the grouped split kernel against the query-head one, the merge against the merge
+# before) with the indexer's selection from 8,192 to 262,144 context, at full-size shapes.
 for bench in hc_bench logits_bench moe_bench gdn_bench rope_bench attention_bench; do
   start=$SECONDS
   timeout 120 "$packed/bin/$bench" > "$out/$bench.log" 2>&1
