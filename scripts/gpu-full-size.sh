@@ -3,8 +3,9 @@
 # (marked synthetic; the n-gram table is 51 GB of host memory): prefill of a 1,024-, an 8,192- and
 # a 262,080-token prompt and 64 tokens decoded right after each (medians of 3 after a warmup; for
 # the longest, whose 64 tokens end at the model's 262,144 positions, one run after the warmup,
-# since its prefill alone takes minutes), with the device memory in use and the GPU's utilization
-# sampled by nvidia-smi; then decode at the longest context against 8,192. Called by
+# since its prefill alone takes minutes; its prefill rate chunk by chunk along the prompt), with
+# the device memory in use and the GPU's utilization sampled by nvidia-smi; then decode at the
+# longest context against 8,192. Called by
 # scripts/gpu-run.sh when Q38_FULL_SIZE is set.
 # Usage: scripts/gpu-full-size.sh PACKED_DIR OUT_DIR
 set -uo pipefail
@@ -20,10 +21,11 @@ for spec in 1024:120:3 8192:240:3 262080:560:1; do  # prompt:timeout_s:repeats
   start=$SECONDS
   echo "=== prompt $prompt, started $(date -u +%T)" >> "$out/full-size.log"
   timeout "$limit" "$packed/bin/q38-bench-model" --synthetic release --device cuda --tp 1 \
-      --prompt_tokens "$prompt" --decode_tokens 64 --repeats "$repeats" > "$tmp" 2>&1
+      --prompt_tokens "$prompt" --decode_tokens 64 --repeats "$repeats" --prefill_chunk_times > "$tmp" 2>&1
   rc=$?
   cat "$tmp" >> "$out/full-size.log"
   echo "full size TP1, prompt $prompt (synthetic, rc $rc, $((SECONDS - start)) s): $(grep -E '^[0-9]' "$tmp")"
+  ((prompt > 8192)) && grep -E "prefill tok/s by 8,192-token chunk" "$tmp"
   decode[$prompt]=$(awk '/^1 /{print $3}' "$tmp")
 done
 if [[ -n ${decode[262080]:-} && -n ${decode[8192]:-} ]]; then

@@ -22,9 +22,13 @@ ABSL_FLAG(std::string, tp, "1,4", "comma-separated TP sizes");
 ABSL_FLAG(int64_t, prompt_tokens, 128, "prompt length");
 ABSL_FLAG(int64_t, decode_tokens, 64, "tokens to decode after the prompt");
 ABSL_FLAG(int32_t, repeats, 5, "timed repeats per TP size (after one warmup)");
+ABSL_FLAG(bool, prefill_chunk_times, false,
+          "also time each 8,192-token prefill chunk (the device synchronized after each): tok/s along the prompt");
 
 namespace q38 {
 namespace {
+
+constexpr int64_t kPrefillChunk = 8192;
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -62,12 +66,14 @@ absl::Status Main() {
     int tp;
     if (!absl::SimpleAtoi(part, &tp)) return absl::InvalidArgumentError("--tp: not a number");
     std::vector<double> prefill, decode;
+    std::vector<std::vector<double>> chunk_rates;  // [chunk][repeat] tok/s
     int64_t graph_kernels = -1;  // kernels a decode step's graph launches (CUDA with --decode_graph)
     const auto run = [&](Model& model) -> absl::Status {
       if (model.comm().rank() == 0) std::cerr << "tp " << tp << ": weights ready" << std::endl;
       Engine engine(model, P + D, config.vocab_size);
       for (int r = 0; r <= repeats; ++r) {  // run 0 is the warmup
-        ASSIGN_OR_RETURN(GreedyResult g, GenerateGreedy(engine, prompt, static_cast<int32_t>(D), 8192));
+        ASSIGN_OR_RETURN(GreedyResult g, GenerateGreedy(engine, prompt, static_cast<int32_t>(D), kPrefillChunk,
+                                                         absl::GetFlag(FLAGS_prefill_chunk_times)));
         if (model.comm().rank() != 0) continue;
         double steps = 0;
         for (double s : g.step_seconds) steps += s;
@@ -77,6 +83,11 @@ absl::Status Main() {
         if (r == 0) continue;
         prefill.push_back(P / g.prefill_seconds);
         decode.push_back(g.step_seconds.size() / steps);
+        chunk_rates.resize(g.prefill_chunk_seconds.size());
+        for (size_t c = 0; c < g.prefill_chunk_seconds.size(); ++c) {
+          const int64_t tokens = std::min<int64_t>(kPrefillChunk, P - static_cast<int64_t>(c) * kPrefillChunk);
+          chunk_rates[c].push_back(tokens / g.prefill_chunk_seconds[c]);
+        }
       }
       if (model.comm().rank() == 0) graph_kernels = model.backend().captured_kernels();
       return absl::OkStatus();
@@ -87,8 +98,16 @@ absl::Status Main() {
     printf("%-3d %22.1f %22.1f %8.2f\n", tp, pm, dm, 1e3 / dm);
     // The greedy token adds 2 eager kernels a step (Backend::ArgMax) to the graph's.
     if (graph_kernels >= 0) std::cerr << "tp " << tp << ": " << graph_kernels << " kernels in the decode graph" << std::endl;
+    std::vector<double> chunk_medians;
+    for (const std::vector<double>& rates : chunk_rates) chunk_medians.push_back(Median(rates));
+    if (!chunk_medians.empty()) {
+      std::cerr << "tp " << tp << ": prefill tok/s by 8,192-token chunk (median):";
+      for (double r : chunk_medians) std::cerr << " " << static_cast<int64_t>(r);
+      std::cerr << std::endl;
+    }
     report["runs"].push_back({{"tp", tp}, {"prefill_tokens_per_second", prefill}, {"decode_tokens_per_second", decode},
-                              {"prefill_median", pm}, {"decode_median", dm}, {"decode_graph_kernels", graph_kernels}});
+                              {"prefill_median", pm}, {"decode_median", dm}, {"decode_graph_kernels", graph_kernels},
+                              {"prefill_chunk_tokens_per_second", chunk_medians}});
   }
   std::cout << report.dump() << "\n";
   return absl::OkStatus();

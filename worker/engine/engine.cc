@@ -89,12 +89,18 @@ absl::StatusOr<RunResult> Engine::Run(const RunSpec& spec, const Emit& emit, con
   Buffer local;
   for (size_t begin = 0; begin < spec.prompt.size(); begin += spec.prefill_chunk) {
     const size_t end = std::min(spec.prompt.size(), begin + static_cast<size_t>(spec.prefill_chunk));
+    const auto chunk_start = std::chrono::steady_clock::now();
     absl::StatusOr<Buffer> out = model_.Forward({spec.prompt.begin() + begin, spec.prompt.begin() + end}, state_, 1, between_blocks);
     if (absl::IsCancelled(out.status())) {
       result.finish_reason = v1::FINISH_REASON_CANCELLED;
       return result;
     }
     ASSIGN_OR_RETURN(local, std::move(out));
+    if (spec.time_prefill_chunks) {
+      RETURN_IF_ERROR(model_.backend().Synchronize());
+      result.prefill_chunk_seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - chunk_start).count());
+    }
   }
   for (uint64_t step = 0;; ++step) {
     std::optional<TokenLogprobs> logprobs;

@@ -26,6 +26,9 @@ struct RunSpec {
   std::set<int32_t> stop_ids;  // generation ends after emitting one of these
   std::set<int32_t> eos_ids;   // which stop ids count as "eos" rather than "stop"
   int64_t prefill_chunk = 8192;
+  // Synchronize the device after each prefill chunk and time it (benchmarks: how a long prompt's
+  // cost grows along it); off, chunks are enqueued back to back.
+  bool time_prefill_chunks = false;
   // −1: none; 0–20: each token's log probability and this many alternatives (docs/api.md).
   int32_t logprobs = -1;
 };
@@ -42,6 +45,7 @@ struct RunResult {
   v1::FinishReason finish_reason = v1::FINISH_REASON_UNSPECIFIED;  // EOS, STOP, LENGTH or CANCELLED
   int32_t generated = 0;
   double prefill_seconds = 0;  // the prompt to its first token decided (time to first token)
+  std::vector<double> prefill_chunk_seconds;  // with RunSpec::time_prefill_chunks: each chunk's
 };
 
 class Engine {

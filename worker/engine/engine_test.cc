@@ -1,6 +1,6 @@
 // The engine's log probabilities against the same decode written out by hand over the gathered
 // logits (a log-softmax in double), greedy and sampled, at TP 1 and 2; asking for them never
-// changes a token.
+// changes a token. Timing the prefill's chunks gives one time a chunk and changes no token.
 #include "worker/engine/engine.h"
 
 #include <cmath>
@@ -19,8 +19,9 @@ struct Emitted {
   std::vector<TokenLogprobs> logprobs;
 };
 
-// Rank 0's tokens and log probabilities of one engine run over synthetic tiny weights.
-Emitted RunEngine(int tp, const RunSpec& spec) {
+// Rank 0's tokens and log probabilities of one engine run over synthetic tiny weights, and its
+// prefill chunks' times.
+Emitted RunEngine(int tp, const RunSpec& spec, std::vector<double>* chunk_seconds = nullptr) {
   const ModelConfig config = TinyModelConfig();
   Emitted out;
   std::mutex mu;
@@ -32,7 +33,9 @@ Emitted RunEngine(int tp, const RunSpec& spec) {
       EXPECT_EQ(lp.has_value(), spec.logprobs >= 0);
       if (lp) out.logprobs.push_back(*lp);
     };
-    return engine.Run(spec, emit, [] { return false; }).status();
+    ASSIGN_OR_RETURN(RunResult r, engine.Run(spec, emit, [] { return false; }));
+    if (chunk_seconds != nullptr && m.comm().rank() == 0) *chunk_seconds = r.prefill_chunk_seconds;
+    return absl::OkStatus();
   });
   EXPECT_TRUE(s.ok()) << s;
   return out;
@@ -123,6 +126,18 @@ TEST(Engine, AskingForLogprobsChangesNoToken) {
       }
     }
   }
+}
+
+TEST(Engine, TimedPrefillChunksGiveATimeEachAndTheSameTokens) {
+  RunSpec spec = Spec(0.0f, -1);
+  spec.prefill_chunk = 4;  // 6 prompt tokens: chunks of 4 and 2
+  std::vector<double> untimed, timed;
+  const std::vector<int32_t> plain = RunEngine(1, spec, &untimed).tokens;
+  EXPECT_TRUE(untimed.empty());
+  spec.time_prefill_chunks = true;
+  EXPECT_EQ(RunEngine(1, spec, &timed).tokens, plain);
+  ASSERT_EQ(timed.size(), 2u);
+  for (double s : timed) EXPECT_GT(s, 0.0);
 }
 
 }  // namespace
