@@ -1,5 +1,7 @@
 // The tokens one query attends (docs/model.md §8.2): its selected blocks' tokens in ascending block
-// order, then the tail of its own incomplete block. Shared by the attention kernels.
+// order, then the tail of its own incomplete block. The query-head and prefill kernels walk it
+// here; the decode kernel (attention_decode_cuda.cu) maps its split's tokens the same way but counts
+// the selected blocks only where a split reaches past the last of them.
 #pragma once
 
 #include <cstdint>

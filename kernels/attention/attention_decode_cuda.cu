@@ -35,7 +35,7 @@ __device__ __forceinline__ void ReduceTransposed(float* v, int lane) {
   if constexpr (kOff > 1) ReduceTransposed<kOff / 2>(v, lane);
 }
 
-// Block (query t, KV head, split): the split's 32 attended tokens (docs/model.md §8.2: the selected
+// Block (query t, KV head, split): the split's 32 attended tokens (as attended_tokens.cuh: the selected
 // blocks' tokens in ascending order, then the tail of the query's own block) have their key and
 // value rows staged in shared memory by all threads with every load in flight at once; then warp w
 // takes query head w of the group: lane l holds kPer channels, the 32 partial dot products meet in
