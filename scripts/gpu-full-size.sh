@@ -5,8 +5,7 @@
 # the longest, whose 64 tokens end at the model's 262,144 positions, one run after the warmup,
 # since its prefill alone takes minutes; its prefill rate chunk by chunk along the prompt), with
 # the device memory in use and the GPU's utilization sampled by nvidia-smi; then decode at the
-# longest context against 8,192. Called by
-# scripts/gpu-run.sh when Q38_FULL_SIZE is set.
+# longest context against 8,192. Called by scripts/gpu-run.sh when Q38_FULL_SIZE is set.
 # Usage: scripts/gpu-full-size.sh PACKED_DIR OUT_DIR
 set -uo pipefail
 packed=$1
