@@ -306,14 +306,21 @@ class CudaBackendImpl final : public CudaBackend {
   void HcResidual(Tensor& X, const Tensor& g, const Tensor& y) override {
     cuda::HcResidual(F(X), H(g), H(y), Rows(y), g.dim(-1), y.dim(-1), stream_);
   }
-  // One token: two kernels (hc_cuda.h, HcPreFused); more tokens, or shapes it does not take: the
+  // One token: one kernel with a grid-wide barrier (hc_cuda.h, HcPreGrid), or two where the device
+  // or the shape does not take it (HcPreFused); more tokens, or shapes neither takes: the
   // composition of five.
   void HcPre(const Tensor& X, const Tensor& norm, const Tensor& down_inject, const Tensor& up, Tensor& h, Tensor& g,
              int64_t streams, float eps) override {
     const int64_t S = streams, H_ = h.dim(-1), R = up.dim(1), rows = down_inject.dim(0);
     const bool inject = rows == R + S;
-    if (Rows(X) == 1 && X.dtype == DType::kF32 && (rows == R || inject) && X.dim(-1) == S * H_ &&
-        cuda::HcPreFusedFits(S, H_, R, norm.numel(), X.data, norm.data, down_inject.data, up.data)) {
+    const bool one_token = Rows(X) == 1 && X.dtype == DType::kF32 && (rows == R || inject) && X.dim(-1) == S * H_;
+    if (one_token && cuda::HcPreGridFits(S, H_, R, norm.numel(), X.data, norm.data, down_inject.data, up.data)) {
+      Buffer partial = Alloc(DType::kF32, {rows, S}), rstd = Alloc(DType::kF32, {S});
+      cuda::HcPreGrid(F(X), H(norm), norm.numel(), H(down_inject), H(up), H(h), inject ? H(g) : nullptr,
+                      F(partial.t()), F(rstd.t()), S, H_, R, inject, eps, stream_);
+      return;
+    }
+    if (one_token && cuda::HcPreFusedFits(S, H_, R, norm.numel(), X.data, norm.data, down_inject.data, up.data)) {
       Buffer di = Alloc(DType::kF16, {rows}), rstd = Alloc(DType::kF32, {S});
       cuda::HcPreFused(F(X), H(norm), norm.numel(), H(down_inject), H(up), H(h), inject ? H(g) : nullptr, H(di.t()),
                        F(rstd.t()), S, H_, R, inject, eps, stream_);

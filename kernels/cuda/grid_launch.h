@@ -1,0 +1,44 @@
+// Kernels whose blocks meet at grid-wide barriers (cooperative_groups::this_grid().sync()). Their
+// blocks must all be resident at once, which only a cooperative launch guarantees: it fails with
+// cudaErrorCooperativeLaunchTooLarge instead of hanging when they would not be. A cooperative
+// launch may be captured into a CUDA graph (it becomes a cooperative kernel node), so the decode
+// graph replays such kernels like any other.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace q38::cuda {
+
+// How many blocks of `kernel` (with `threads` threads and `smem` bytes of dynamic shared memory)
+// the current device holds at once; 0 where it cannot launch cooperatively.
+template <typename Kernel>
+int CoResidentBlocks(Kernel kernel, int threads, size_t smem) {
+  int device = 0, cooperative = 0, sms = 0, per_sm = 0;
+  Q38_CUDA_CHECK(cudaGetDevice(&device));
+  Q38_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
+  if (cooperative == 0) return 0;
+  Q38_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  Q38_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  return per_sm * sms;
+}
+
+// Launches `kernel` cooperatively on `blocks` blocks (at most CoResidentBlocks of them).
+template <typename... Params, typename... Args>
+void LaunchCooperative(void (*kernel)(Params...), int blocks, int threads, size_t smem, cudaStream_t stream,
+                       Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute cooperative = {};
+  cooperative.id = cudaLaunchAttributeCooperative;
+  cooperative.val.cooperative = 1;
+  config.attrs = &cooperative;
+  config.numAttrs = 1;
+  Q38_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+}
+
+}  // namespace q38::cuda
