@@ -36,4 +36,41 @@ void Backend::ExpertsAndShared(const Tensor& h, const Tensor& idx, const Tensor&
   AddSigmoidGated(out, shared, gate_logit);
 }
 
+std::vector<Buffer> Backend::LinearStacked(const Tensor& x, const Tensor& w, const std::vector<int64_t>& rows) {
+  const int64_t T = x.dim(0);
+  std::vector<Buffer> parts;
+  int64_t at = 0;
+  if (T == 1) {
+    const int64_t N = w.dim(0);
+    Buffer all = Alloc(act_dtype(), {1, N});
+    Linear(x, w, all.t());
+    for (int64_t n : rows) {
+      parts.push_back(all.View(all.t().Reshaped({N}).Rows(at, n).Reshaped({1, n})));
+      at += n;
+    }
+    return parts;
+  }
+  for (int64_t n : rows) {
+    parts.push_back(Alloc(act_dtype(), {T, n}));
+    Linear(x, w.Rows(at, n), parts.back().t());
+    at += n;
+  }
+  return parts;
+}
+
+void Backend::MoeBlock(const Tensor& h, const Tensor& in, int64_t experts_per_token, const Tensor& shared_down,
+                       const ExpertWeights& experts, Tensor& out, const RoutingHook& hook) {
+  const int64_t T = h.dim(0), H = h.dim(1), Is = shared_down.dim(1), E = in.dim(0) - 2 * Is - 1;
+  CHECK(E >= 1 && experts_per_token <= E) << "MoeBlock: " << in.dim(0) << " stacked rows for Is = " << Is;
+  std::vector<Buffer> parts = LinearStacked(h, in, {E, 2 * Is, 1});
+  const Buffer &logits = parts[0], &gu = parts[1], &gate = parts[2];
+  Buffer idx = Alloc(DType::kI32, {T, experts_per_token}), w = Alloc(act_dtype(), {T, experts_per_token});
+  RouterTopK(logits.t(), idx.t(), w.t());
+  if (hook) hook(logits.t(), idx.t(), w.t());
+  Buffer act = Alloc(act_dtype(), {T, Is}), shared = Alloc(act_dtype(), {T, H});
+  SiluMul(gu.t(), act.t());
+  Linear(act.t(), shared_down, shared.t());
+  ExpertsAndShared(h, idx.t(), w.t(), experts, shared.t(), gate.t(), out);
+}
+
 }  // namespace q38

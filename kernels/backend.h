@@ -101,6 +101,22 @@ class Backend {
   // with the shared expert's output already computed. This default runs the two.
   virtual void ExpertsAndShared(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& experts,
                                 const Tensor& shared, const Tensor& gate_logit, Tensor& out);
+  // The whole MoE block as one op (fused: docs/cuda.md), the composition
+  //   logits, gu, gate_logit = LinearStacked(h, in, {E, 2·Is, 1});  idx, w = RouterTopK(logits);
+  //   hook(logits, idx, w);  act = SiluMul(gu);  shared = act·shared_downᵀ;
+  //   ExpertsAndShared(h, idx, w, experts, shared, gate_logit, out)
+  // with h [T, H], in [E + 2·Is + 1, H] (the router, the shared expert's gate|up, its gate),
+  // shared_down [H, Is], out [T, H]. The hook, where given, sees the router's logits and choices
+  // and may rewrite idx and w before the experts run; a backend fuses the block only without one.
+  // This default runs the composition.
+  using RoutingHook = std::function<void(const Tensor& logits, Tensor& idx, Tensor& w)>;
+  virtual void MoeBlock(const Tensor& h, const Tensor& in, int64_t experts_per_token, const Tensor& shared_down,
+                        const ExpertWeights& experts, Tensor& out, const RoutingHook& hook);
+
+  // y_i = x·w_iᵀ for the consecutive row blocks w_i of w (rows[i] rows each), [T, rows[i]] each: at
+  // one token one product over the whole stack, viewed in parts; at more, a product a part, so
+  // that each part is a whole matrix of its own.
+  std::vector<Buffer> LinearStacked(const Tensor& x, const Tensor& w, const std::vector<int64_t>& rows);
 
   // Hyper-connections (kernels/hc).
   virtual void EmbedStreams(const Tensor& table, const Tensor& ids, Tensor& X, int64_t streams) = 0;

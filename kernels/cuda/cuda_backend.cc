@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -119,12 +120,43 @@ class StagingPool : public std::enable_shared_from_this<StagingPool> {
   std::multimap<size_t, void*> free_;
 };
 
+// Backends of this process on each device. The kernels with grid-wide barriers (HcPreGrid,
+// MoeBlockGrid) take every block the device holds; two of them launched at once from two streams
+// of one process could each hold part of the device and wait on the other, so a backend runs them
+// only while it is alone on its device. (Processes sharing a GPU take turns in time slices.)
+class DeviceTenants {
+ public:
+  static void Enter(int ordinal) { Adjust(ordinal, 1); }
+  static void Leave(int ordinal) { Adjust(ordinal, -1); }
+  static bool Alone(int ordinal) {
+    std::lock_guard<std::mutex> l(mu());
+    return counts()[ordinal] == 1;
+  }
+
+ private:
+  static void Adjust(int ordinal, int by) {
+    std::lock_guard<std::mutex> l(mu());
+    counts()[ordinal] += by;
+  }
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::map<int, int>& counts() {
+    static std::map<int, int> c;
+    return c;
+  }
+};
+
 class CudaBackendImpl final : public CudaBackend {
  public:
-  CudaBackendImpl(CudaDeviceInfo info, cudaStream_t stream) : info_(std::move(info)), stream_(stream) {}
+  CudaBackendImpl(CudaDeviceInfo info, cudaStream_t stream) : info_(std::move(info)), stream_(stream) {
+    DeviceTenants::Enter(info_.ordinal);
+  }
   ~CudaBackendImpl() override {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
+    DeviceTenants::Leave(info_.ordinal);
   }
 
   std::string name() const override { return "cuda"; }
@@ -290,6 +322,23 @@ class CudaBackendImpl final : public CudaBackend {
     CHECK(shared.numel() == out.numel() && Rows(gate_logit) == Rows(out));
     Experts(h, idx, w, e, out, {H(shared), H(gate_logit), gate_logit.dim(-1)});
   }
+  // One token without a routing hook: one kernel with grid-wide barriers (moe_cuda.h,
+  // MoeBlockGrid); otherwise, where the backend shares its device (DeviceTenants) or the shape
+  // does not fit, the composition.
+  void MoeBlock(const Tensor& h, const Tensor& in, int64_t experts_per_token, const Tensor& shared_down,
+                const ExpertWeights& experts, Tensor& out, const RoutingHook& hook) override {
+    const int64_t H_ = h.dim(-1), Is = shared_down.dim(1), E = in.dim(0) - 2 * Is - 1, k = experts_per_token;
+    if (!hook && Rows(h) == 1 && experts.nvfp4 && DeviceTenants::Alone(info_.ordinal)) {
+      const auto [gu, dn] = Projections(experts, H_);
+      if (cuda::MoeBlockGridFits(H(h), H(in), H(shared_down), gu, dn, H_, E, k, Is)) {
+        Buffer proj = Alloc(DType::kF16, {in.dim(0)}), act = Alloc(DType::kF16, {k, experts.intermediate});
+        cuda::MoeBlockGrid(H(h), H(in), H(shared_down), gu, dn, H(out), {H(proj.t()), H(act.t())}, H_, E, k, Is,
+                           stream_);
+        return;
+      }
+    }
+    Backend::MoeBlock(h, in, experts_per_token, shared_down, experts, out, hook);
+  }
   void AddSigmoidGated(Tensor& out, const Tensor& shared, const Tensor& gate_logit) override {
     cuda::AddSigmoidGated(H(out), H(shared), H(gate_logit), gate_logit.dim(-1), Rows(out), out.dim(-1), stream_);
   }
@@ -306,15 +355,16 @@ class CudaBackendImpl final : public CudaBackend {
   void HcResidual(Tensor& X, const Tensor& g, const Tensor& y) override {
     cuda::HcResidual(F(X), H(g), H(y), Rows(y), g.dim(-1), y.dim(-1), stream_);
   }
-  // One token: one kernel with a grid-wide barrier (hc_cuda.h, HcPreGrid), or two where the device
-  // or the shape does not take it (HcPreFused); more tokens, or shapes neither takes: the
+  // One token: one kernel with a grid-wide barrier (hc_cuda.h, HcPreGrid), or two where the device,
+  // its sharing (DeviceTenants) or the shape does not take it (HcPreFused); more tokens, or shapes neither takes: the
   // composition of five.
   void HcPre(const Tensor& X, const Tensor& norm, const Tensor& down_inject, const Tensor& up, Tensor& h, Tensor& g,
              int64_t streams, float eps) override {
     const int64_t S = streams, H_ = h.dim(-1), R = up.dim(1), rows = down_inject.dim(0);
     const bool inject = rows == R + S;
     const bool one_token = Rows(X) == 1 && X.dtype == DType::kF32 && (rows == R || inject) && X.dim(-1) == S * H_;
-    if (one_token && cuda::HcPreGridFits(S, H_, R, norm.numel(), X.data, norm.data, down_inject.data, up.data)) {
+    if (one_token && DeviceTenants::Alone(info_.ordinal) &&
+        cuda::HcPreGridFits(S, H_, R, norm.numel(), X.data, norm.data, down_inject.data, up.data)) {
       Buffer partial = Alloc(DType::kF32, {rows, S}), rstd = Alloc(DType::kF32, {S});
       cuda::HcPreGrid(F(X), H(norm), norm.numel(), H(down_inject), H(up), H(h), inject ? H(g) : nullptr,
                       F(partial.t()), F(rstd.t()), S, H_, R, inject, eps, stream_);
@@ -373,9 +423,9 @@ class CudaBackendImpl final : public CudaBackend {
   absl::Status Synchronize() override { return CudaStatus(cudaStreamSynchronize(stream_), "synchronize"); }
 
  private:
-  void Experts(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& e, Tensor& out,
-               cuda::GatedShared shared) {
-    const int64_t T = Rows(h), k = idx.dim(-1), H_ = h.dim(-1), I = e.intermediate;
+  // The experts' gate|up [E, 2I, H] and down [E, H, I] projections as the kernels take them.
+  std::pair<cuda::ExpertProjection, cuda::ExpertProjection> Projections(const ExpertWeights& e, int64_t H_) {
+    const int64_t I = e.intermediate;
     cuda::ExpertProjection gu, dn;
     if (e.nvfp4) {
       const Nvfp4ExpertWeights& q = e.q;
@@ -391,6 +441,13 @@ class CudaBackendImpl final : public CudaBackend {
       dn.N = H_;
       dn.K = I;
     }
+    return {gu, dn};
+  }
+
+  void Experts(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& e, Tensor& out,
+               cuda::GatedShared shared) {
+    const int64_t T = Rows(h), k = idx.dim(-1), H_ = h.dim(-1), I = e.intermediate;
+    const auto [gu, dn] = Projections(e, H_);
     const int64_t E = e.nvfp4 ? e.q.gate_up_codes.t().dim(0) : e.dense.gate_up.t().dim(0);
     Buffer act = Alloc(DType::kF16, {T * k, I}), pair_out = Alloc(DType::kF32, {T * k, H_});
     const bool grouped = T > cuda::kPairwiseMaxTokens;

@@ -77,25 +77,7 @@ void Model::HyperConnection(const HcWeights& w, const Tensor& X, Buffer& h, Buff
 }
 
 std::vector<Buffer> Model::Project(const Tensor& h, const StackedProjection& w) {
-  const int64_t T = h.dim(0);
-  std::vector<Buffer> parts;
-  int64_t at = 0;
-  if (T == 1) {
-    const int64_t N = w.weight.t().dim(0);
-    Buffer all = Act({1, N});
-    backend_.Linear(h, w.weight.t(), all.t());
-    for (int64_t n : w.rows) {
-      parts.push_back(all.View(all.t().Reshaped({N}).Rows(at, n).Reshaped({1, n})));
-      at += n;
-    }
-    return parts;
-  }
-  for (int64_t n : w.rows) {
-    parts.push_back(Act({T, n}));
-    backend_.Linear(h, w.weight.t().Rows(at, n), parts.back().t());
-    at += n;
-  }
-  return parts;
+  return backend_.LinearStacked(h, w.weight.t(), w.rows);
 }
 
 Buffer Model::GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState::Gdn& s) {
@@ -160,31 +142,27 @@ Buffer Model::Attention(const AttentionWeights& w, const Tensor& h, const Tensor
 
 Buffer Model::Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t position) {
   const ModelConfig& c = config_;
-  const int64_t T = h.dim(0), k = c.experts_per_token, E = c.num_experts, Isl = w.shared_down.t().dim(1);
-  std::vector<Buffer> in = Project(h, w.in);
-  const Buffer &logits = in[0], &gu = in[1], &sg = in[2];
-  Buffer idx = backend_.Alloc(DType::kI32, {T, k}), weights = Act({T, k});
-  backend_.RouterTopK(logits.t(), idx.t(), weights.t());
+  const int64_t T = h.dim(0), k = c.experts_per_token, E = c.num_experts;
+  Backend::RoutingHook hook;
   if (options_.routing) {
-    Routing r{comm_.rank(), layer, position, T, E, k, std::vector<float>(T * E), std::vector<int32_t>(T * k),
-              std::vector<float>(T * k)};
-    backend_.CopyToHost(logits.t(), r.logits.data());
-    backend_.CopyToHost(idx.t(), r.chosen.data());
-    backend_.CopyToHost(weights.t(), r.weights.data());
-    const std::vector<int32_t> chosen = r.chosen;
-    const std::vector<float> given = r.weights;
-    options_.routing(r);
-    // Written back only where changed, so that a hook that only looks leaves the run as it was.
-    if (r.chosen != chosen || r.weights != given) {
-      backend_.CopyFromHost(r.chosen.data(), idx.t());
-      CopyFloatsFromHost(r.weights, weights.t());
-    }
+    hook = [&](const Tensor& logits, Tensor& idx, Tensor& weights) {
+      Routing r{comm_.rank(), layer, position, T, E, k, std::vector<float>(T * E), std::vector<int32_t>(T * k),
+                std::vector<float>(T * k)};
+      backend_.CopyToHost(logits, r.logits.data());
+      backend_.CopyToHost(idx, r.chosen.data());
+      backend_.CopyToHost(weights, r.weights.data());
+      const std::vector<int32_t> chosen = r.chosen;
+      const std::vector<float> given = r.weights;
+      options_.routing(r);
+      // Written back only where changed, so that a hook that only looks leaves the run as it was.
+      if (r.chosen != chosen || r.weights != given) {
+        backend_.CopyFromHost(r.chosen.data(), idx);
+        CopyFloatsFromHost(r.weights, weights);
+      }
+    };
   }
-  Buffer act = Act({T, Isl}), shared = Act({T, c.hidden_size});
-  backend_.SiluMul(gu.t(), act.t());
-  backend_.Linear(act.t(), w.shared_down.t(), shared.t());
   Buffer out = Act({T, c.hidden_size});
-  backend_.ExpertsAndShared(h, idx.t(), weights.t(), w.experts, shared.t(), sg.t(), out.t());
+  backend_.MoeBlock(h, w.in.weight.t(), k, w.shared_down.t(), w.experts, out.t(), hook);
   return out;
 }
 
