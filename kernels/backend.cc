@@ -58,6 +58,23 @@ std::vector<Buffer> Backend::LinearStacked(const Tensor& x, const Tensor& w, con
   return parts;
 }
 
+void Backend::GdnBlock(const Tensor& h, const GdnLayer& w, Tensor& conv_state, Tensor& state, Tensor& out) {
+  const int64_t T = h.dim(0), C = w.conv.dim(0), Hv = w.a_log.numel(), Dv = Hv * w.norm.numel();
+  CHECK_EQ(w.in.dim(0), C + Dv + 2 * Hv) << "GdnBlock: stacked rows";
+  std::vector<Buffer> in = LinearStacked(h, w.in, {C, Dv, Hv, Hv});
+  const Buffer &qkv = in[0], &z = in[1], &b = in[2], &a = in[3];
+  Buffer xc = Alloc(act_dtype(), {T, C});
+  CausalConv(qkv.t(), w.conv, conv_state, xc.t(), /*dilation=*/1);
+  // The gates stay FP32 on every backend: the decay exp(g) compounds over the whole sequence.
+  Buffer beta = Alloc(DType::kF32, {T, Hv}), g = Alloc(DType::kF32, {T, Hv});
+  GdnGates(b.t(), a.t(), w.a_log, w.dt_bias, beta.t(), g.t());
+  Buffer o = Alloc(act_dtype(), {T, Dv});
+  GdnDeltaRule(xc.t(), beta.t(), g.t(), state, o.t(), w.key_heads, w.key_dim, /*chunked=*/T > 1);
+  Buffer y = Alloc(act_dtype(), {T, Dv});
+  GatedRmsNorm(o.t(), z.t(), w.norm, y.t(), w.sigmoid_gate, w.eps);
+  Linear(y.t(), w.out, out);
+}
+
 void Backend::MoeBlock(const Tensor& h, const Tensor& in, int64_t experts_per_token, const Tensor& shared_down,
                        const ExpertWeights& experts, Tensor& out, const RoutingHook& hook) {
   const int64_t T = h.dim(0), H = h.dim(1), Is = shared_down.dim(1), E = in.dim(0) - 2 * Is - 1;

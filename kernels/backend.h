@@ -81,6 +81,26 @@ class Backend {
   virtual void GdnDeltaRule(const Tensor& qkv, const Tensor& beta, const Tensor& g, Tensor& state,
                             Tensor& o, int64_t key_heads, int64_t key_dim, bool chunked) = 0;
 
+  // A Gated DeltaNet layer's mixer as one op (fused: docs/cuda.md), the composition
+  //   qkv, z, b, a = LinearStacked(h, in, {C, Hv·dv, Hv, Hv});  xc = CausalConv(qkv, conv, conv_state);
+  //   beta, g = GdnGates(b, a, a_log, dt_bias);  o = GdnDeltaRule(xc, beta, g, state, key_heads,
+  //   key_dim, chunked: T > 1);  y = GatedRmsNorm(o, z, norm);  out = y·out_wᵀ
+  // with h [T, H], in [C + Hv·dv + 2·Hv, H] (C = conv's channels, 2·Hk·dk + Hv·dv), conv [C, K],
+  // a_log and dt_bias F32 [Hv], norm [dv], out_w [H, Hv·dv], out [T, H]. This default runs the
+  // composition.
+  struct GdnLayer {
+    const Tensor& in;
+    const Tensor& conv;
+    const Tensor& a_log;
+    const Tensor& dt_bias;
+    const Tensor& norm;
+    const Tensor& out;
+    int64_t key_heads, key_dim;
+    bool sigmoid_gate;
+    float eps;
+  };
+  virtual void GdnBlock(const Tensor& h, const GdnLayer& w, Tensor& conv_state, Tensor& state, Tensor& out);
+
   // QSA (kernels/attention).
   // Pools every block that a token at one of `positions` completes.
   virtual void IndexerPoolBlocks(const Tensor& raw_keys, const Tensor& knorm_w, Tensor& pooled,

@@ -123,7 +123,9 @@ class StagingPool : public std::enable_shared_from_this<StagingPool> {
 // Backends of this process on each device. The kernels with grid-wide barriers (HcPreGrid,
 // MoeBlockGrid) take every block the device holds; two of them launched at once from two streams
 // of one process could each hold part of the device and wait on the other, so a backend runs them
-// only while it is alone on its device. (Processes sharing a GPU take turns in time slices.)
+// only while it is alone on its device. (Processes sharing a GPU take turns in time slices.) The
+// check is made when an op runs, so a graph recorded while alone keeps its cooperative kernels.
+// Backends of one process sharing a device are created together, before any step is recorded.
 class DeviceTenants {
  public:
   static void Enter(int ordinal) { Adjust(ordinal, 1); }
@@ -286,6 +288,23 @@ class CudaBackendImpl final : public CudaBackend {
                     int64_t key_heads, int64_t key_dim, bool /*chunked*/) override {
     cuda::GdnDeltaRule(H(qkv), F(beta), F(g), F(state), H(o), Rows(qkv), key_heads, state.dim(0), key_dim,
                        state.dim(2), stream_);
+  }
+
+  // One token: one kernel with grid-wide barriers (gdn_cuda.h, GdnBlockGrid) where the backend is
+  // alone on its device (DeviceTenants) and the shape fits; otherwise the composition.
+  void GdnBlock(const Tensor& h, const GdnLayer& w, Tensor& conv_state, Tensor& state, Tensor& out) override {
+    const cuda::GdnBlockDims d{h.dim(-1),   w.conv.dim(0), w.conv.dim(1), w.key_heads,       w.a_log.numel(),
+                               w.key_dim,   w.norm.numel(), w.eps,        w.sigmoid_gate};
+    if (Rows(h) == 1 && DeviceTenants::Alone(info_.ordinal) && state.dim(1) == w.key_dim &&
+        cuda::GdnBlockGridFits(d, h.data, w.in.data, w.out.data)) {
+      Buffer proj = Alloc(DType::kF16, {w.in.dim(0)}), o = Alloc(DType::kF16, {d.value_heads * d.value_dim});
+      cuda::GdnBlockGrid(d,
+                         {H(h), H(w.in), H(w.conv), H(conv_state), F(w.a_log), F(w.dt_bias), F(state), H(w.norm),
+                          H(w.out), H(proj.t()), H(o.t()), H(out)},
+                         stream_);
+      return;
+    }
+    Backend::GdnBlock(h, w, conv_state, state, out);
   }
 
   void IndexerPoolBlocks(const Tensor& raw_keys, const Tensor& knorm_w, Tensor& pooled, const Tensor& positions,

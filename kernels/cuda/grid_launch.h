@@ -7,21 +7,33 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
+#include <mutex>
+#include <tuple>
+
 #include "kernels/cuda/cuda_check.h"
 
 namespace q38::cuda {
 
 // How many blocks of `kernel` (with `threads` threads and `smem` bytes of dynamic shared memory)
-// the current device holds at once; 0 where it cannot launch cooperatively.
+// the current device holds at once; 0 where it cannot launch cooperatively. Asked of the driver
+// once per kernel, device and shape: an eager decode step asks it for every layer.
 template <typename Kernel>
 int CoResidentBlocks(Kernel kernel, int threads, size_t smem) {
-  int device = 0, cooperative = 0, sms = 0, per_sm = 0;
+  int device = 0;
   Q38_CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int, size_t>, int> known;
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), device, threads, smem);
+  std::lock_guard<std::mutex> lock(mu);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  int cooperative = 0, sms = 0, per_sm = 0;
   Q38_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
-  if (cooperative == 0) return 0;
-  Q38_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  Q38_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  return per_sm * sms;
+  if (cooperative != 0) {
+    Q38_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    Q38_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  }
+  return known[key] = per_sm * sms;
 }
 
 // Launches `kernel` cooperatively on `blocks` blocks (at most CoResidentBlocks of them).

@@ -56,7 +56,7 @@ TEST(HcCuda, EveryStep) {
   }
 }
 
-// The fused pre step (Backend::HcPre; two kernels at T = 1) against the CPU reference, and against
+// The fused pre step (Backend::HcPre; one kernel at T = 1) against the CPU reference, and against
 // the GPU's own composition of five kernels (Backend::HcPre, the base class's), at the model's
 // widths (S = 4, H = 2560, R = 320), the small and tiny models' (H = 256 and 64, R = 16), with and
 // without inject rows, norm weights of H and of S·H; T = 3 and R = 7 take the composition.
@@ -183,8 +183,8 @@ TEST(HcCuda, PreStepFusedEveryConfiguration) {
 // columns than a block holds at once (H = 20,480: several passes), up rows past one pass of a lane
 // group's loads (R = 512), more down rows than a block has warps (S = 8, R = 512), one and eight
 // streams, norm weights of S·H and of H. It is what Backend::HcPre gives, the
-// same on a second run, and the same again replayed from a CUDA graph that recorded it (a
-// cooperative kernel node) after X changes and changes back.
+// same on a second run, and the same again replayed from a CUDA graph that recorded HcPre (one
+// kernel: a cooperative kernel node) after X changes and changes back.
 TEST(HcCuda, PreStepGrid) {
   Q38_REQUIRE_GPU();
   BackendPair b;
@@ -247,10 +247,11 @@ TEST(HcCuda, PreStepGrid) {
       for (int64_t i = 0; i < H; ++i) ASSERT_EQ(h_backend[i], first_h[i]) << "h as HcPre's, " << at << " at " << i;
 
       auto graph = b.gpu().Capture([&]() -> absl::Status {
-        run();
+        b.gpu().HcPre(X.gpu.t(), norm.gpu.t(), dw.gpu.t(), uw.gpu.t(), h.gpu.t(), g.gpu.t(), S, 1e-6f);
         return absl::OkStatus();
       });
       ASSERT_TRUE(graph.ok()) << at << ": " << graph.status();
+      EXPECT_EQ(b.gpu().captured_kernels(), 1) << "HcPre as one kernel, " << at;
       b.gpu().CopyFromHost(other.data(), X.gpu.t());
       ASSERT_TRUE((*graph)->Replay().ok()) << at;
       const std::vector<float> h_other = b.GpuFloats(h);

@@ -5,6 +5,7 @@
 #include <cooperative_groups.h>
 
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/grid_gemv.cuh"
 #include "kernels/cuda/grid_launch.h"
 #include "kernels/hc/hc_cuda.h"
 #include "kernels/linear/linear_gemv.cuh"
@@ -13,8 +14,8 @@ namespace q38::cuda {
 namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / kWarp;
-// A down/inject row's slice of one stream, a warp a row: kDownRuns runs of 8 a lane in flight
-// (H ≤ 2,560 in one pass). Up rows, a lane group of kUpLanes a row: kUpRuns runs a lane (R ≤ 320
+// A down/inject row's slice of one stream, a warp a row (grid_gemv): kDownRuns runs of 8 a lane
+// in flight (H ≤ 2,560 in one pass). Up rows, a lane group of kUpLanes a row: kUpRuns runs a lane (R ≤ 320
 // in one pass) and kUpSlots rows a group at once.
 constexpr int kDownRuns = 10, kUpLanes = 8, kUpRuns = 5, kUpSlots = 2;
 constexpr int kGroups = kThreads / kUpLanes, kUnitsAPass = kGroups * kUpSlots;
@@ -80,18 +81,11 @@ __global__ void __launch_bounds__(kThreads, 2) HcPreGridKernel(Args p) {
   const int units = blockIdx.x < H ? ((H - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1) * S : 0;
 
   // 1. Every first load: this warp's first down row (its stream's slice), the first pass of up.
+  // Row n's slice of stream s starts s·H/8 runs into the row, rows S·H/8 runs apart.
+  const __half* Ws = p.W + static_cast<int64_t>(s) * H;
   const int n0 = q + slots * warp;
-  const bool first_live = has_down && n0 < p.N;
-  uint4 dw[kDownRuns];
-  {
-    const uint4* row = reinterpret_cast<const uint4*>(p.W) + static_cast<int64_t>(first_live ? n0 : 0) * S * hruns +
-                       s * hruns;
-#pragma unroll
-    for (int u = 0; u < kDownRuns; ++u) {
-      const int c = lane + kWarp * u;
-      dw[u] = first_live && c < hruns ? gemv::LoadStreamed(row + c) : make_uint4(0, 0, 0, 0);
-    }
-  }
+  grid_gemv::Batch<kDownRuns> dw;
+  grid_gemv::Issue(dw, Ws, int64_t{S} * hruns, has_down && n0 < p.N ? n0 : -1, hruns, 0);
   const UpRows up0 = LoadUp(p, 0, units, 0, group, gl);
 
   // 2. This block's stream: the sum of squares in a fixed order (every block of the stream gets the
@@ -119,27 +113,12 @@ __global__ void __launch_bounds__(kThreads, 2) HcPreGridKernel(Args p) {
   }
   __syncthreads();
 
-  // 3. The down/inject dots of this stream: the first row from the loads above, any further rows
-  // (more rows than warps, or H past one pass) loaded as they come.
-  for (int n = n0, first = 1; has_down && n < p.N; n += slots * kWarps, first = 0) {
-    const uint4* row = reinterpret_cast<const uint4*>(p.W) + static_cast<int64_t>(n) * S * hruns + s * hruns;
-    float acc = 0;
-    for (int base = 0; base < hruns; base += kWarp * kDownRuns) {
-      if (!(first && base == 0)) {
-#pragma unroll
-        for (int u = 0; u < kDownRuns; ++u) {
-          const int c = base + lane + kWarp * u;
-          dw[u] = c < hruns ? gemv::LoadStreamed(row + c) : make_uint4(0, 0, 0, 0);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kDownRuns; ++u) {
-        const int c = base + lane + kWarp * u;
-        if (c < hruns) acc += Dot8Halves(dw[u], xs[c]);
-      }
-    }
-    acc = WarpSum(acc);
-    if (lane == 0) p.partial[static_cast<int64_t>(n) * S + s] = acc;
+  // 3. The down/inject dots of this stream: the first row from the loads above.
+  if (has_down) {
+    grid_gemv::Rows(Ws, int64_t{S} * hruns, p.N, H, n0, slots * kWarps, dw, [&](int c) { return xs[c]; },
+                    [&](int n, float dot) {
+                      if (lane == 0) p.partial[static_cast<int64_t>(n) * S + s] = dot;
+                    });
   }
 
   cooperative_groups::this_grid().sync();

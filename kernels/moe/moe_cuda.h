@@ -57,8 +57,9 @@ void RoutedExperts(const __half* h, const int32_t* idx, const __half* w, const E
 // stacks the router, the shared expert's gate|up and its gate logit; shared_down is [H, Is]; the
 // routed experts are NVFP4 (gate_up [E, 2I, H], down [E, H, I]). out [H] = the top-k experts'
 // weighted sum plus sigmoid(gate)·the shared expert, as the composition of RouterTopK, SiluMul,
-// Linear and RoutedExperts gives it up to the order of sums (the same experts: the router's
-// code is shared). Scratch: proj [E + 2·Is + 1] F16 (the stacked projection) and act [k, I] F16,
+// Linear and RoutedExperts gives it up to the order of sums. The router's code is shared, so the
+// same logits choose the same experts; the logits themselves may differ from Linear's in the last
+// bit, which can change a choice between experts whose probabilities tie at that bit. Scratch: proj [E + 2·Is + 1] F16 (the stacked projection) and act [k, I] F16,
 // 16-byte aligned. Needs MoeBlockGridFits: H and I multiples of 32 up to 5,120, E ≤ 512, k ≤ 16,
 // Is a multiple of 8, aligned operands and a device that launches cooperatively.
 struct MoeBlockScratch {

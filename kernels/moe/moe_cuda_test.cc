@@ -138,20 +138,27 @@ TEST(MoeCuda, DenseExperts) {
 
 // The whole MoE block of one token (Backend::MoeBlock: one kernel on the GPU, MoeBlockGrid)
 // against the CPU's composition, at the model's H with fewer experts (TP1 and TP4 slices of I and
-// Is), E = 512 with a small H, k = 16, and the tiny model's shape. The router rows make logit e
-// the value c_e, spaced 0.05 apart in a scrambled order, so that FP16 rounding cannot reorder the
-// experts. On the GPU it is also: within FP16 rounding of the GPU's own composition, the same on a
-// second run and from a recorded graph replayed after h changes and changes back; and with a
-// routing hook (which the fused kernel cannot call) the composition, honouring what the hook
-// rewrites.
+// Is), E = 512 with a small H, k = 16, the tiny model's shape, and one that takes every second
+// pass of the kernel (more stacked rows than the grid has warps, H past a warp's loads of a row,
+// more shared-down rows than a block takes at once, Is past a lane group's loads, 32 lanes a
+// gate/up row). The router rows make logit e the value c_e, spaced 0.05 apart in a scrambled
+// order, so that FP16 rounding cannot reorder the experts; the experts' globals grow as H and I
+// shrink, so that the routed experts weigh in the output at every shape; each shape runs twice,
+// the second time with the shared expert gated off (sigmoid(−12)), the output the routed experts'
+// alone. On the GPU it is also one kernel in a recorded graph, within FP16 rounding of the GPU's
+// own composition, the same on a second run and from the graph replayed after h changes and
+// changes back; and with a routing hook (which the fused kernel cannot call) the composition,
+// honouring what the hook rewrites.
 TEST(MoeCuda, MoeBlockOfOneToken) {
   Q38_REQUIRE_GPU();
   BackendPair b;
-  for (auto [H, E, k, I, Is] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{2560, 64, 10, 640, 640},
-                                {2560, 48, 10, 160, 160}, {256, 512, 10, 32, 32}, {128, 40, 16, 96, 48},
-                                {64, 32, 4, 64, 64}}) {
+  for (auto [H, E, k, I, Is, routed_only] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool>{2560, 64, 10, 640, 640, false},
+        {2560, 64, 10, 640, 640, true}, {2560, 48, 10, 160, 160, false}, {256, 512, 10, 32, 32, false},
+        {256, 512, 10, 32, 32, true}, {128, 40, 16, 96, 48, false}, {128, 40, 16, 96, 48, true},
+        {64, 32, 4, 64, 64, false}, {5120, 64, 2, 64, 2048, false}, {5120, 64, 2, 64, 2048, true}}) {
     const std::string at = "H " + std::to_string(H) + " E " + std::to_string(E) + " k " + std::to_string(k) + " I " +
-                           std::to_string(I) + " Is " + std::to_string(Is);
+                           std::to_string(I) + " Is " + std::to_string(Is) + (routed_only ? " routed only" : "");
     const std::vector<float> h_values = RoundFp16(Normal(H, 41)), h_other = RoundFp16(Normal(H, 42));
     double hh = 0;
     for (float v : h_values) hh += static_cast<double>(v) * v;
@@ -162,14 +169,20 @@ TEST(MoeCuda, MoeBlockOfOneToken) {
       for (int64_t j = 0; j < H; ++j) in[e * H + j] = static_cast<float>(c * h_values[j] / hh);
     }
     for (int64_t r = E; r < rows; ++r) {
-      for (int64_t j = 0; j < H; ++j) in[r * H + j] /= std::sqrt(static_cast<float>(H));
+      for (int64_t j = 0; j < H; ++j) {
+        in[r * H + j] = r == rows - 1 && routed_only ? static_cast<float>(-12.0f * h_values[j] / hh)
+                                                     : in[r * H + j] / std::sqrt(static_cast<float>(H));
+      }
     }
     std::vector<float> down = Normal(H * Is, 44);
     for (float& v : down) v /= std::sqrt(static_cast<float>(Is));
     auto h = b.Act(h_values, {1, H});
     auto w_in = b.Act(in, {rows, H});
     auto shared_down = b.Act(down, {H, Is});
-    const RandomNvfp4 gu(E, 2 * I, H, 45), dn(E, H, I, 46);
+    RandomNvfp4 gu(E, 2 * I, H, 45), dn(E, H, I, 46);
+    for (float& g : gu.ga) g *= std::sqrt(2560.0f / static_cast<float>(H));
+    for (float& g : gu.gb) g *= std::sqrt(2560.0f / static_cast<float>(H));
+    for (float& g : dn.ga) g *= std::sqrt(640.0f / static_cast<float>(I));
     auto gu_c = b.Raw(gu.codes.data(), DType::kU8, {E, 2 * I, H / 2});
     auto gu_s = b.Raw(gu.scales.data(), DType::kU8, {E, 2 * I, H / 16});
     auto dn_c = b.Raw(dn.codes.data(), DType::kU8, {E, H, I / 2});
@@ -206,6 +219,7 @@ TEST(MoeCuda, MoeBlockOfOneToken) {
       return absl::OkStatus();
     });
     ASSERT_TRUE(graph.ok()) << at << ": " << graph.status();
+    EXPECT_EQ(b.gpu().captured_kernels(), 1) << "the block as one kernel, " << at;
     std::vector<uint16_t> bits(H);
     for (int64_t i = 0; i < H; ++i) bits[i] = FloatToFp16(h_other[i]);
     b.gpu().CopyFromHost(bits.data(), h.gpu.t());

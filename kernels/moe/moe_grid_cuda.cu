@@ -1,8 +1,8 @@
 // The one-token MoE block as one kernel with two grid-wide barriers (moe_cuda.h, MoeBlockGrid):
 //  A. the stacked projection of h (router logits, the shared expert's gate|up and gate logit), a
 //     warp a row; meanwhile each block's rows of the shared expert's down projection are loaded;
-//  B. (behind barrier 1) every block routes the token itself (moe_route.cuh: the same experts as
-//     the router kernel, bit for bit), forms the shared expert's silu(gate)·up, dots its
+//  B. (behind barrier 1) every block routes the token itself (moe_route.cuh: the router kernel's
+//     code, so every block chooses the same experts), forms the shared expert's silu(gate)·up, dots its
 //     already loaded shared-down rows, and takes its share of the routed experts' gate/up rows;
 //  C. (behind barrier 2) each block's output rows: the routed experts' down rows, their weighted
 //     sum, plus sigmoid(gate)·shared.
@@ -13,6 +13,7 @@
 #include <cooperative_groups.h>
 
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/grid_gemv.cuh"
 #include "kernels/cuda/grid_launch.h"
 #include "kernels/linear/linear_gemv.cuh"
 #include "kernels/moe/moe_cuda.h"
@@ -82,15 +83,8 @@ __global__ void __launch_bounds__(kThreads, 2) MoeBlockGridKernel(Args p) {
   // A. First the loads: this warp's first stack row, and this block's first shared-down rows
   // (rows m of a warp step: two groups of kSharedLanes a warp).
   const int wg = b * kWarps + warp, W = G * kWarps;
-  uint4 stack[kStackRuns];
-  {
-    const uint4* row = reinterpret_cast<const uint4*>(p.in) + static_cast<int64_t>(wg < Nin ? wg : 0) * hruns;
-#pragma unroll
-    for (int u = 0; u < kStackRuns; ++u) {
-      const int c = lane + kWarp * u;
-      stack[u] = wg < Nin && c < hruns ? gemv::LoadStreamed(row + c) : make_uint4(0, 0, 0, 0);
-    }
-  }
+  grid_gemv::Batch<kStackRuns> stack;
+  grid_gemv::Issue(stack, p.in, hruns, wg < Nin ? wg : -1, hruns, 0);
   constexpr int kSharedGroups = kWarp / kSharedLanes;
   const int sq = lane % kSharedLanes;
   auto shared_row = [&](int m0) { return m0 + lane / kSharedLanes; };
@@ -108,26 +102,10 @@ __global__ void __launch_bounds__(kThreads, 2) MoeBlockGridKernel(Args p) {
   }
   moe_decode::StageX(p.h, H, xs);
   __syncthreads();
-  for (int r = wg, first = 1; r < Nin; r += W, first = 0) {
-    const uint4* row = reinterpret_cast<const uint4*>(p.in) + static_cast<int64_t>(r) * hruns;
-    float acc = 0;
-    for (int base = 0; base < hruns; base += kWarp * kStackRuns) {
-      if (!(first && base == 0)) {
-#pragma unroll
-        for (int u = 0; u < kStackRuns; ++u) {
-          const int c = base + lane + kWarp * u;
-          stack[u] = c < hruns ? gemv::LoadStreamed(row + c) : make_uint4(0, 0, 0, 0);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kStackRuns; ++u) {
-        const int c = base + lane + kWarp * u;
-        if (c < hruns) acc += Dot8Halves(stack[u], xs[XPiece(c / 4, c % 4)]);
-      }
-    }
-    acc = WarpSum(acc);
-    if (lane == 0) p.proj[r] = __float2half(acc);
-  }
+  grid_gemv::Rows(p.in, hruns, Nin, H, wg, W, stack, [&](int c) { return xs[XPiece(c / 4, c % 4)]; },
+                  [&](int r, float dot) {
+                    if (lane == 0) p.proj[r] = __float2half(dot);
+                  });
   grid.sync();
 
   // B. Route (warp 0) while the other warps form the shared act.

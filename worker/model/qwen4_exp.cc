@@ -81,22 +81,10 @@ std::vector<Buffer> Model::Project(const Tensor& h, const StackedProjection& w) 
 }
 
 Buffer Model::GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState::Gdn& s) {
-  const int64_t T = h.dim(0);
-  std::vector<Buffer> in = Project(h, w.in);
-  const Buffer &qkv = in[0], &z = in[1], &b = in[2], &a = in[3];
-  const int64_t C = qkv.t().dim(1), Dv = z.t().dim(1), Hv = a.t().dim(1);
-  Buffer xc = Act({T, C});
-  backend_.CausalConv(qkv.t(), w.conv.t(), s.conv.t(), xc.t(), /*dilation=*/1);
-  // The gates stay FP32 on every backend: the decay exp(g) compounds over the whole sequence.
-  Buffer beta = backend_.Alloc(DType::kF32, {T, Hv}), g = backend_.Alloc(DType::kF32, {T, Hv});
-  backend_.GdnGates(b.t(), a.t(), w.a_log.t(), w.dt_bias.t(), beta.t(), g.t());
-  Buffer o = Act({T, Dv});
-  backend_.GdnDeltaRule(xc.t(), beta.t(), g.t(), s.recurrent.t(), o.t(), w.key_heads, config_.gdn_key_dim,
-                        /*chunked=*/T > 1);
-  Buffer y = Act({T, Dv});
-  backend_.GatedRmsNorm(o.t(), z.t(), w.norm.t(), y.t(), config_.gdn_output_gate_sigmoid, eps_);
-  Buffer out = Act({T, config_.hidden_size});
-  backend_.Linear(y.t(), w.out.t(), out.t());
+  Buffer out = Act({h.dim(0), config_.hidden_size});
+  backend_.GdnBlock(h, {w.in.weight.t(), w.conv.t(), w.a_log.t(), w.dt_bias.t(), w.norm.t(), w.out.t(), w.key_heads,
+                        config_.gdn_key_dim, config_.gdn_output_gate_sigmoid, eps_},
+                    s.conv.t(), s.recurrent.t(), out.t());
   return out;
 }
 
