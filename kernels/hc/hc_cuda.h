@@ -61,7 +61,7 @@ void HcPreFusedUp(const HcPreConfig& config, const float* X, const __half* norm,
 // it, every block sums the partials of a row in stream order into di (rounded to FP16) and a, block
 // 0 writes g, and each block finishes its columns of h as the pair's up kernel does. The whole
 // step's weights are in flight at once, and one launch replaces two. Rounds where the pair
-// rounds; sums in a fixed order for a given device (the number of blocks is the device's).
+// rounds; sums in a fixed order that does not depend on the number of blocks.
 // Needs HcPreGridFits: S a power of two up to 8, H and R multiples of 8, a device that launches
 // cooperatively; X, norm and both weights 16-byte aligned.
 bool HcPreGridFits(int64_t S, int64_t H, int64_t R, int64_t norm_len, const void* X, const void* norm,

@@ -8,8 +8,8 @@
 //     sum, plus sigmoid(gate)·shared.
 // Output row n belongs to block n mod G in B and C alike, so the shared expert's value for it
 // never leaves the block. Rounds where the composition of ops rounds (the projection, silu·up,
-// the shared expert's output and the routed sum to FP16); sums in a fixed order for a given
-// device (the number of blocks is the device's).
+// the shared expert's output and the routed sum to FP16); sums in a fixed order that does not
+// depend on the number of blocks.
 #include <cooperative_groups.h>
 
 #include "kernels/cuda/device_math.cuh"
