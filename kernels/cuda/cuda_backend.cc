@@ -295,8 +295,15 @@ class CudaBackendImpl final : public CudaBackend {
   void GdnBlock(const Tensor& h, const GdnLayer& w, Tensor& conv_state, Tensor& state, Tensor& out) override {
     const cuda::GdnBlockDims d{h.dim(-1),   w.conv.dim(0), w.conv.dim(1), w.key_heads,       w.a_log.numel(),
                                w.key_dim,   w.norm.numel(), w.eps,        w.sigmoid_gate};
-    if (Rows(h) == 1 && DeviceTenants::Alone(info_.ordinal) && state.dim(1) == w.key_dim &&
+    if (Rows(h) == 1 && DeviceTenants::Alone(info_.ordinal) &&
         cuda::GdnBlockGridFits(d, h.data, w.in.data, w.out.data)) {
+      // The shapes the composition's kernels take from their tensors, checked as its CHECKs would.
+      const int64_t Z = d.value_heads * d.value_dim;
+      CHECK_EQ(w.in.dim(0), d.channels + Z + 2 * d.value_heads) << "GdnBlock: stacked rows";
+      CHECK(state.dim(0) == d.value_heads && state.dim(1) == d.key_dim && state.dim(2) == d.value_dim)
+          << "GdnBlock: recurrent state";
+      CHECK(conv_state.dim(0) == d.conv_taps - 1 && conv_state.dim(1) == d.channels) << "GdnBlock: conv state";
+      CHECK(w.out.dim(0) == d.H && w.out.dim(1) == Z && out.numel() == d.H) << "GdnBlock: out projection";
       Buffer proj = Alloc(DType::kF16, {w.in.dim(0)}), o = Alloc(DType::kF16, {d.value_heads * d.value_dim});
       cuda::GdnBlockGrid(d,
                          {H(h), H(w.in), H(w.conv), H(conv_state), F(w.a_log), F(w.dt_bias), F(state), H(w.norm),

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -15,9 +16,14 @@
 
 namespace q38::cuda {
 
+// The grid kernels are tuned for two blocks an SM (`__launch_bounds__(256, 2)`); where fewer
+// registers would let more in, more blocks would only add arrivals to every barrier.
+constexpr int kGridBlocksPerSm = 2;
+
 // How many blocks of `kernel` (with `threads` threads and `smem` bytes of dynamic shared memory)
-// the current device holds at once; 0 where it cannot launch cooperatively. Asked of the driver
-// once per kernel, device and shape: an eager decode step asks it for every layer.
+// the current device holds at once, at most kGridBlocksPerSm an SM; 0 where it cannot launch
+// cooperatively. Asked of the driver once per kernel, device and shape: an eager decode step asks
+// it for every layer.
 template <typename Kernel>
 int CoResidentBlocks(Kernel kernel, int threads, size_t smem) {
   int device = 0;
@@ -33,7 +39,7 @@ int CoResidentBlocks(Kernel kernel, int threads, size_t smem) {
     Q38_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     Q38_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
   }
-  return known[key] = per_sm * sms;
+  return known[key] = std::min(per_sm, kGridBlocksPerSm) * sms;
 }
 
 // Launches `kernel` cooperatively on `blocks` blocks (at most CoResidentBlocks of them).

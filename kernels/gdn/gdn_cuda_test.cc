@@ -56,11 +56,12 @@ INSTANTIATE_TEST_SUITE_P(Geometries, GdnCuda,
 // A GDN layer's whole mixer (Backend::GdnBlock: one kernel on the GPU at one token, GdnBlockGrid)
 // against the CPU's composition over a prefill of 5 tokens (the composition on both sides) and
 // decode steps, out and both states compared after each, at the model's TP1 and TP4 head counts,
-// the small model's and dk 64. After the steps, one more step on the GPU three ways from the same
+// the small model's (with the sigmoid output gate and with silu) and dk 64. After the steps, one more step on the GPU three ways from the same
 // states: eagerly, replayed from a recorded graph (one kernel; bitwise the same, states included) and through
 // the GPU's own composition (within FP16 rounding).
 struct GdnLayerShape {
   int64_t H, Hk, Hv, dk, dv;
+  bool sigmoid_gate = true;
 };
 
 TEST(GdnBlockCuda, DecodeStepsMatchTheComposition) {
@@ -68,9 +69,11 @@ TEST(GdnBlockCuda, DecodeStepsMatchTheComposition) {
   BackendPair b;
   uint32_t seed = 100;
   for (const GdnLayerShape& g : {GdnLayerShape{2560, 16, 48, 128, 128}, GdnLayerShape{2560, 4, 12, 128, 128},
-                                 GdnLayerShape{256, 4, 8, 32, 32}, GdnLayerShape{512, 4, 8, 64, 128}}) {
+                                 GdnLayerShape{256, 4, 8, 32, 32}, GdnLayerShape{256, 4, 8, 32, 32, false},
+                                 GdnLayerShape{512, 4, 8, 64, 128}}) {
     const std::string at = "H " + std::to_string(g.H) + " Hk " + std::to_string(g.Hk) + " Hv " + std::to_string(g.Hv) +
-                           " dk " + std::to_string(g.dk) + " dv " + std::to_string(g.dv);
+                           " dk " + std::to_string(g.dk) + " dv " + std::to_string(g.dv) +
+                           (g.sigmoid_gate ? "" : " silu gate");
     const int64_t C = 2 * g.Hk * g.dk + g.Hv * g.dv, Z = g.Hv * g.dv, rows = C + Z + 2 * g.Hv, taps = 4;
     std::vector<float> in = Normal(rows * g.H, seed++), conv = Normal(C * taps, seed++), out_w = Normal(g.H * Z, seed++);
     for (float& v : in) v /= std::sqrt(static_cast<float>(g.H));
@@ -81,10 +84,10 @@ TEST(GdnBlockCuda, DecodeStepsMatchTheComposition) {
     auto w_in = b.Act(in, {rows, g.H}), w_conv = b.Act(conv, {C, taps}), w_out = b.Act(out_w, {g.H, Z});
     auto alog = b.F32(a_log, {g.Hv}), dtb = b.F32(dt_bias, {g.Hv});
     auto norm = b.Act(cpu::op_test::Uniform(g.dv, seed++, 0.5f, 1.5f), {g.dv});
-    const Backend::GdnLayer cpu_w{w_in.cpu.t(), w_conv.cpu.t(), alog.cpu.t(), dtb.cpu.t(), norm.cpu.t(),
-                                  w_out.cpu.t(), g.Hk,          g.dk,         true,         1e-6f};
-    const Backend::GdnLayer gpu_w{w_in.gpu.t(), w_conv.gpu.t(), alog.gpu.t(), dtb.gpu.t(), norm.gpu.t(),
-                                  w_out.gpu.t(), g.Hk,          g.dk,         true,         1e-6f};
+    const Backend::GdnLayer cpu_w{w_in.cpu.t(), w_conv.cpu.t(), alog.cpu.t(), dtb.cpu.t(),    norm.cpu.t(),
+                                  w_out.cpu.t(), g.Hk,          g.dk,         g.sigmoid_gate, 1e-6f};
+    const Backend::GdnLayer gpu_w{w_in.gpu.t(), w_conv.gpu.t(), alog.gpu.t(), dtb.gpu.t(),    norm.gpu.t(),
+                                  w_out.gpu.t(), g.Hk,          g.dk,         g.sigmoid_gate, 1e-6f};
     auto conv_state = b.Act(std::vector<float>((taps - 1) * C, 0.0f), {taps - 1, C});
     auto state = b.F32(std::vector<float>(g.Hv * g.dk * g.dv, 0.0f), {g.Hv, g.dk, g.dv});
     for (int64_t T : {5, 1, 1, 1}) {

@@ -25,6 +25,7 @@ constexpr int kStackRuns = 10;  // a projection row: H ≤ 2,560 in one batch
 constexpr int kOutRuns = 12;    // an out row: Hv·dv = 6,144 in two batches
 constexpr int kRuleWarps = 4;   // warps of the delta rule, each a quarter of the key rows
 constexpr int kCols = 32;       // value columns of a block in B, one a lane
+constexpr int kYRuns = 4;       // runs of 8 of o a thread in C: Hv·dv ≤ 8,192
 
 struct Args {
   const __half* h;       // [H]
@@ -65,6 +66,16 @@ __device__ __forceinline__ float ConvAt(const Args& p, int c) {
   return __half2float(__float2half(Silu(acc)));
 }
 
+// Brings the line holding p into L2 (behind a grid barrier, which empties L1, the next read of it
+// then waits on L2 rather than on memory).
+__device__ __forceinline__ void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// The conv taps of channel c: its weights and its history rows.
+__device__ __forceinline__ void PrefetchConv(const Args& p, int c) {
+  PrefetchL2(p.conv_w + static_cast<int64_t>(c) * p.Kc);
+  for (int k = 0; k + 1 < p.Kc; ++k) PrefetchL2(p.conv_state + static_cast<int64_t>(k) * p.C + c);
+}
+
 template <int kDk>
 __global__ void __launch_bounds__(kThreads, 2) GdnBlockGridKernel(Args p) {
   constexpr int kRows = kDk / kRuleWarps;
@@ -77,14 +88,31 @@ __global__ void __launch_bounds__(kThreads, 2) GdnBlockGridKernel(Args p) {
   float* ks = qs + kDk;
   float* part = ks + kDk;  // [kRuleWarps][kCols]
   float* norms = part + kRuleWarps * kCols;
+  float* inv = norms + 2;  // [Hv]: each head's 1/rms in C
   const int b = blockIdx.x, G = gridDim.x, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int wg = b * kWarps + warp, W = G * kWarps;
   cooperative_groups::grid_group grid = cooperative_groups::this_grid();
 
-  // A. The projection.
+  // A. The projection. First its loads, and those B's first item needs that no block writes
+  // before barrier 2: this block's slice of the recurrent state (raw, into registers) and the conv
+  // taps of its channels (into L2).
   const int hruns = p.H / 8;
   grid_gemv::Batch<kStackRuns> stack;
   grid_gemv::Issue(stack, p.in, hruns, wg < Nin ? wg : -1, hruns, 0);
+  const int col_blocks = p.dv / kCols, items = p.Hv * col_blocks;
+  const bool rule = warp < kRuleWarps;
+  float s[kRows];
+  if (rule && b < items) {
+    const int j = b / col_blocks, col = (b % col_blocks) * kCols + lane, kh = j / (p.Hv / p.Hk);
+    const float* S = p.state + static_cast<int64_t>(j) * kDk * p.dv;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) s[r] = S[(warp * kRows + r) * p.dv + col];
+    for (int i = threadIdx.x; i < kDk; i += kRuleWarps * kWarp) {
+      PrefetchConv(p, kh * kDk + i);
+      PrefetchConv(p, p.Hk * kDk + kh * kDk + i);
+    }
+    PrefetchConv(p, 2 * p.Hk * kDk + j * p.dv + col);
+  }
   for (int c = threadIdx.x; c < hruns; c += kThreads) xs[c] = __ldg(reinterpret_cast<const uint4*>(p.h) + c);
   __syncthreads();
   grid_gemv::Rows(p.in, hruns, Nin, p.H, wg, W, stack, [&](int c) { return xs[c]; }, [&](int r, float dot) {
@@ -94,8 +122,6 @@ __global__ void __launch_bounds__(kThreads, 2) GdnBlockGridKernel(Args p) {
 
   // B. The delta rule: block b takes (value head j, columns cb·32..) for it = b, b + G, …; its
   // first kRuleWarps warps compute, as GdnDeltaRuleKernel does for one token.
-  const int col_blocks = p.dv / kCols, items = p.Hv * col_blocks;
-  const bool rule = warp < kRuleWarps;
   for (int it = b; it < items; it += G) {
     const int j = it / col_blocks, col = (it % col_blocks) * kCols + lane, kh = j / (p.Hv / p.Hk);
     if (rule) {
@@ -113,7 +139,7 @@ __global__ void __launch_bounds__(kThreads, 2) GdnBlockGridKernel(Args p) {
       if (lane == 0) norms[warp] = rsqrtf(ss + 1e-6f);
     }
     __syncthreads();
-    float s[kRows], mem = 0, v = 0, beta = 0, out = 0;
+    float mem = 0, v = 0, beta = 0, out = 0;
     float* S = p.state + static_cast<int64_t>(j) * kDk * p.dv;
     if (rule) {
       const float kn = norms[1];
@@ -122,7 +148,8 @@ __global__ void __launch_bounds__(kThreads, 2) GdnBlockGridKernel(Args p) {
       beta = Sigmoid(__half2float(__ldcg(p.proj + p.C + Z + j)));
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        s[r] = S[(warp * kRows + r) * p.dv + col] * decay;
+        if (it != b) s[r] = S[(warp * kRows + r) * p.dv + col];  // the first item's came before barrier 1
+        s[r] *= decay;
         mem += s[r] * ks[warp * kRows + r] * kn;
       }
       part[warp * kCols + lane] = mem;
@@ -149,11 +176,57 @@ __global__ void __launch_bounds__(kThreads, 2) GdnBlockGridKernel(Args p) {
     __syncthreads();  // q, k and part are rewritten for the next item
   }
 
-  // C. First the out rows' loads, then the conv state, y, and the out rows.
+  // C. First the out rows' loads; then y, the gated RMSNorm of o, in shared memory: o staged with
+  // one 16-byte load a run, each head's 1/rms from it as GroupInvRms sums, y over o in place (a
+  // thread rewrites the runs it staged), z from registers; then the out rows, and last the conv
+  // state's move by a row (a channel a thread), which no block reads any more.
   const int zruns = Z / 8;
   grid_gemv::Batch<kOutRuns> outb;
   grid_gemv::Issue(outb, p.out_w, zruns, wg < p.H ? wg : -1, zruns, 0);
   grid.sync();
+  uint4 zv[kYRuns];
+#pragma unroll
+  for (int u = 0; u < kYRuns; ++u) {
+    const int c = threadIdx.x + kThreads * u;
+    if (c < zruns) {
+      ys[c] = __ldcg(reinterpret_cast<const uint4*>(p.o) + c);
+      zv[u] = __ldcg(reinterpret_cast<const uint4*>(p.proj + p.C) + c);
+    }
+  }
+  __syncthreads();
+  const __half* o = reinterpret_cast<const __half*>(ys);
+  for (int j = warp; j < p.Hv; j += kWarps) {
+    float ss = 0;
+    for (int i = lane; i < p.dv; i += kWarp) {
+      const float x = __half2float(o[j * p.dv + i]);
+      ss += x * x;
+    }
+    const float r = rsqrtf(WarpSum(ss) / p.dv + p.eps);
+    if (lane == 0) inv[j] = r;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int u = 0; u < kYRuns; ++u) {
+    const int c = threadIdx.x + kThreads * u;
+    if (c >= zruns) continue;
+    const __half2* oh = reinterpret_cast<const __half2*>(&ys[c]);
+    const __half2* zh = reinterpret_cast<const __half2*>(&zv[u]);
+    uint4 y;
+    __half2* yh = reinterpret_cast<__half2*>(&y);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {  // a run lies in one head: dv is a multiple of 8
+      const float2 of = __half22float2(oh[e]), zf = __half22float2(zh[e]);
+      const int i0 = (8 * c + 2 * e) % p.dv, j = (8 * c + 2 * e) / p.dv;
+      const float g0 = p.sigmoid_gate ? Sigmoid(zf.x) : Silu(zf.x), g1 = p.sigmoid_gate ? Sigmoid(zf.y) : Silu(zf.y);
+      yh[e] = __floats2half2_rn(of.x * inv[j] * __half2float(p.norm_w[i0]) * g0,
+                                of.y * inv[j] * __half2float(p.norm_w[i0 + 1]) * g1);
+    }
+    ys[c] = y;
+  }
+  __syncthreads();
+  grid_gemv::Rows(p.out_w, zruns, p.H, Z, wg, W, outb, [&](int c) { return ys[c]; }, [&](int r, float dot) {
+    if (lane == 0) p.out[r] = __float2half(dot);
+  });
   const int hist = p.Kc - 1;
   for (int c = b * kThreads + threadIdx.x; c < p.C; c += G * kThreads) {
     // Row i takes row i + 1 in ascending order (each read before it is overwritten), the last this token.
@@ -162,26 +235,6 @@ __global__ void __launch_bounds__(kThreads, 2) GdnBlockGridKernel(Args p) {
     }
     p.conv_state[static_cast<int64_t>(hist - 1) * p.C + c] = __ldcg(p.proj + c);
   }
-  __half* y = reinterpret_cast<__half*>(ys);
-  const __half* z = p.proj + p.C;
-  for (int j = warp; j < p.Hv; j += kWarps) {  // the gated RMSNorm, a warp a head, as GatedRmsNormKernel
-    const __half* oj = p.o + j * p.dv;
-    float ss = 0;
-    for (int i = lane; i < p.dv; i += kWarp) {
-      const float v = __half2float(__ldcg(oj + i));
-      ss += v * v;
-    }
-    const float inv = rsqrtf(WarpSum(ss) / p.dv + p.eps);
-    for (int i = lane; i < p.dv; i += kWarp) {
-      const float zv = __half2float(__ldcg(z + j * p.dv + i));
-      const float gate = p.sigmoid_gate ? Sigmoid(zv) : Silu(zv);
-      y[j * p.dv + i] = __float2half(__half2float(__ldcg(oj + i)) * inv * __half2float(p.norm_w[i]) * gate);
-    }
-  }
-  __syncthreads();
-  grid_gemv::Rows(p.out_w, zruns, p.H, Z, wg, W, outb, [&](int c) { return ys[c]; }, [&](int r, float dot) {
-    if (lane == 0) p.out[r] = __float2half(dot);
-  });
 }
 
 // The kernel for key_dim, or null.
@@ -196,9 +249,11 @@ KernelFn ForKeyDim(int64_t dk) {
   }
 }
 
-// The layout's runs, then the delta rule's q, k, the warps' partials and the two norms.
-size_t SharedBytes(int64_t H, int64_t Z, int64_t dk) {
-  return (Layout(static_cast<int>(H), static_cast<int>(Z)).floats + 2 * dk + kRuleWarps * kCols + 2) * sizeof(float);
+// The layout's runs, then the delta rule's q, k, the warps' partials and the two norms, then the
+// heads' 1/rms.
+size_t SharedBytes(int64_t H, int64_t Z, int64_t dk, int64_t Hv) {
+  return (Layout(static_cast<int>(H), static_cast<int>(Z)).floats + 2 * dk + kRuleWarps * kCols + 2 + Hv) *
+         sizeof(float);
 }
 
 }  // namespace
@@ -208,9 +263,9 @@ bool GdnBlockGridFits(const GdnBlockDims& d, const void* h, const void* in, cons
   const KernelFn kernel = ForKeyDim(d.key_dim);
   const int64_t Z = d.value_heads * d.value_dim;
   if (kernel == nullptr || d.key_heads < 1 || d.value_heads % d.key_heads != 0 || d.value_dim % kCols != 0) return false;
-  if (d.conv_taps < 2 || d.conv_taps - 1 > kConvMaxHistory || d.H % 8 != 0 || Z % 8 != 0) return false;
+  if (d.conv_taps < 2 || d.conv_taps - 1 > kConvMaxHistory || d.H % 8 != 0 || Z > 8 * kThreads * kYRuns) return false;
   if (d.channels != 2 * d.key_heads * d.key_dim + Z || !aligned(h) || !aligned(in) || !aligned(out_w)) return false;
-  const size_t smem = SharedBytes(d.H, Z, d.key_dim);
+  const size_t smem = SharedBytes(d.H, Z, d.key_dim, d.value_heads);
   return smem <= (48 << 10) && CoResidentBlocks(kernel, kThreads, smem) > 0;
 }
 
@@ -218,7 +273,7 @@ void GdnBlockGrid(const GdnBlockDims& d, const GdnBlockOperands& x, cudaStream_t
   CHECK(GdnBlockGridFits(d, x.h, x.in, x.out_w)) << "GdnBlockGrid: H " << d.H << " dk " << d.key_dim;
   const int64_t Z = d.value_heads * d.value_dim;
   const KernelFn kernel = ForKeyDim(d.key_dim);
-  const size_t smem = SharedBytes(d.H, Z, d.key_dim);
+  const size_t smem = SharedBytes(d.H, Z, d.key_dim, d.value_heads);
   const Args args{x.h,       x.in,       x.conv_w,
                   x.conv_state, x.a_log, x.dt_bias,
                   x.state,   x.norm_w,   x.out_w,
