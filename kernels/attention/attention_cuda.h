@@ -19,6 +19,18 @@ void IndexerSelect(const __half* iq, const __half* pooled, const int64_t* positi
                    int64_t T, int64_t heads, int64_t di, int64_t ratio, int64_t max_blocks,
                    int64_t max_visible_blocks, cudaStream_t stream);
 
+// The same for one query (T = 1) as one kernel with grid-wide barriers, launched cooperatively
+// on every block the device holds at once (indexer_grid_cuda.cu): each block scores a contiguous
+// run of the visible blocks and keeps their keys, the radix passes meet at barriers, and the
+// selection is SelectKernel's, id for id. scratch: IndexerSelectGridScratchInts() ints, 16-byte
+// aligned. Needs IndexerSelectGridFits: heads ≤ 8, di ≤ 256, max_visible_blocks small enough
+// for a block's keys in shared memory, a device that launches cooperatively.
+int64_t IndexerSelectGridScratchInts();
+bool IndexerSelectGridFits(int64_t heads, int64_t di, int64_t max_visible_blocks);
+void IndexerSelectGrid(const __half* iq, const __half* pooled, const int64_t* positions, int32_t* sel, int* scratch,
+                       int64_t heads, int64_t di, int64_t ratio, int64_t max_blocks, int64_t max_visible_blocks,
+                       cudaStream_t stream);
+
 struct SelectedAttentionDims {
   int64_t q_heads, kv_heads, head_dim, ratio, max_blocks;
 };

@@ -72,6 +72,61 @@ TEST(AttentionCuda, TiedScoresTakeTheLowestBlockIds) {
   ExpectSameSelection(b, few, many, {79999, 40000}, 512);
 }
 
+// One query at a time (IndexerSelect at T = 1: one kernel with grid-wide barriers on the GPU)
+// against the CPU: dense (every visible block fits), just past the budget, 3,000 and 65,536
+// visible blocks, an awkward budget, the cut inside thousands of tied keys spread over the whole
+// grid, and all scores equal. Then one graph recorded at one position and replayed at others (the position is
+// read on the device): the same selections as eager calls, one kernel in the graph.
+TEST(AttentionCuda, SelectsForOneQueryInOneKernel) {
+  Q38_REQUIRE_GPU();
+  BackendPair b;
+  const int64_t heads = 4, di = 128, ratio = 4, nblocks = 65536;
+  // From block 40,000 on, five keys in turn; the first is the query's head 0 itself, which
+  // outscores every random key, so past 160,000 positions the cut falls inside its ~5,000 copies.
+  const std::vector<float> q = Normal(heads * di, 13);
+  std::vector<float> pooled_host = Normal(nblocks * di, 11), rows = Normal(5 * di, 12);
+  std::copy_n(q.begin(), di, rows.begin());
+  for (int64_t i = 40000; i < nblocks; ++i) std::copy_n(rows.begin() + (i * 7 % 5) * di, di, pooled_host.begin() + i * di);
+  auto pooled = b.Act(pooled_host, {nblocks, di});
+  std::vector<float> same(700 * di);
+  for (int64_t i = 0; i < 700; ++i) std::copy_n(rows.begin() + di, di, same.begin() + i * di);
+  auto flat = b.Act(same, {700, di});
+  auto iq = b.Act(q, {1, heads, di});
+  const auto select = [&](cuda_test::Twin& keys, int64_t pos, int64_t max_blocks) {
+    auto p = b.Raw(&pos, DType::kI64, {1});
+    auto sel = b.Out({1, max_blocks}, DType::kI32);
+    b.cpu().IndexerSelect(iq.cpu.t(), keys.cpu.t(), p.cpu.t(), sel.cpu.t(), ratio);
+    b.gpu().IndexerSelect(iq.gpu.t(), keys.gpu.t(), p.gpu.t(), sel.gpu.t(), ratio);
+    EXPECT_EQ(b.GpuInts(sel), b.CpuInts(sel)) << "position " << pos << ", budget " << max_blocks;
+  };
+  for (int64_t pos : {int64_t{3}, int64_t{2047}, int64_t{2051}, int64_t{11999}, int64_t{159999}, int64_t{200001},
+                      int64_t{262143}}) {
+    select(pooled, pos, 512);
+  }
+  select(pooled, 900, 7);
+  select(pooled, 262143, 1000);
+  select(flat, 2799, 512);
+
+  const int64_t max_blocks = 512;
+  int64_t pos = 8191;
+  auto p = b.Raw(&pos, DType::kI64, {1});
+  auto sel = b.Out({1, max_blocks}, DType::kI32);
+  auto graph = b.gpu().Capture([&]() -> absl::Status {
+    b.gpu().IndexerSelect(iq.gpu.t(), pooled.gpu.t(), p.gpu.t(), sel.gpu.t(), ratio);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ(b.gpu().captured_kernels(), 1) << "the selection as one kernel";
+  for (int64_t at : {int64_t{8191}, int64_t{262143}, int64_t{100}, int64_t{45000}}) {
+    b.gpu().CopyFromHost(&at, p.gpu.t());
+    ASSERT_TRUE((*graph)->Replay().ok()) << at;
+    const std::vector<int32_t> replayed = b.GpuInts(sel);
+    auto eager = b.Out({1, max_blocks}, DType::kI32);
+    b.gpu().IndexerSelect(iq.gpu.t(), pooled.gpu.t(), p.gpu.t(), eager.gpu.t(), ratio);
+    EXPECT_EQ(replayed, b.GpuInts(eager)) << "replayed at position " << at;
+  }
+}
+
 // Random ascending block ids below each query's visible count, −1 padded.
 std::vector<int32_t> RandomSelection(const std::vector<int64_t>& pos, int64_t ratio, int64_t max_blocks) {
   std::mt19937 rng(7);

@@ -319,9 +319,17 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::IndexerPoolBlocks(H(raw_keys), H(knorm_w), H(pooled), I64(positions), positions.numel(), raw_keys.dim(-1),
                             ratio, eps, rotary_dim, theta, stream_);
   }
+  // One query: scores and selection in one kernel with grid-wide barriers (IndexerSelectGrid)
+  // where the backend is alone on its device; otherwise a score kernel and a block per query.
   void IndexerSelect(const Tensor& iq, const Tensor& pooled, const Tensor& positions, Tensor& sel,
                      int64_t ratio) override {
     const int64_t T = iq.dim(0), max_visible = pooled.dim(0);
+    if (T == 1 && DeviceTenants::Alone(info_.ordinal) && cuda::IndexerSelectGridFits(iq.dim(1), iq.dim(2), max_visible)) {
+      Buffer scratch = Alloc(DType::kI32, {cuda::IndexerSelectGridScratchInts()});
+      cuda::IndexerSelectGrid(H(iq), H(pooled), I64(positions), I32(sel), I32(scratch.t()), iq.dim(1), iq.dim(2), ratio,
+                              sel.dim(1), max_visible, stream_);
+      return;
+    }
     Buffer scratch = Alloc(DType::kF32, {T, max_visible});
     cuda::IndexerSelect(H(iq), H(pooled), I64(positions), I32(sel), F(scratch.t()), T, iq.dim(1), iq.dim(2), ratio,
                         sel.dim(1), max_visible, stream_);
