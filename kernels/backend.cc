@@ -58,7 +58,8 @@ std::vector<Buffer> Backend::LinearStacked(const Tensor& x, const Tensor& w, con
   return parts;
 }
 
-void Backend::GdnBlock(const Tensor& h, const GdnLayer& w, Tensor& conv_state, Tensor& state, Tensor& out) {
+void Backend::GdnBlock(const Tensor& h, const GdnLayer& w, Tensor& conv_state, Tensor& state, Tensor& out,
+                       const Residual& residual) {
   const int64_t T = h.dim(0), C = w.conv.dim(0), Hv = w.a_log.numel(), Dv = Hv * w.norm.numel();
   CHECK_EQ(w.in.dim(0), C + Dv + 2 * Hv) << "GdnBlock: stacked rows";
   std::vector<Buffer> in = LinearStacked(h, w.in, {C, Dv, Hv, Hv});
@@ -73,10 +74,11 @@ void Backend::GdnBlock(const Tensor& h, const GdnLayer& w, Tensor& conv_state, T
   Buffer y = Alloc(act_dtype(), {T, Dv});
   GatedRmsNorm(o.t(), z.t(), w.norm, y.t(), w.sigmoid_gate, w.eps);
   Linear(y.t(), w.out, out);
+  if (residual.X != nullptr) HcResidual(*residual.X, *residual.g, out);
 }
 
 void Backend::MoeBlock(const Tensor& h, const Tensor& in, int64_t experts_per_token, const Tensor& shared_down,
-                       const ExpertWeights& experts, Tensor& out, const RoutingHook& hook) {
+                       const ExpertWeights& experts, Tensor& out, const RoutingHook& hook, const Residual& residual) {
   const int64_t T = h.dim(0), H = h.dim(1), Is = shared_down.dim(1), E = in.dim(0) - 2 * Is - 1;
   CHECK(E >= 1 && experts_per_token <= E) << "MoeBlock: " << in.dim(0) << " stacked rows for Is = " << Is;
   std::vector<Buffer> parts = LinearStacked(h, in, {E, 2 * Is, 1});
@@ -88,6 +90,7 @@ void Backend::MoeBlock(const Tensor& h, const Tensor& in, int64_t experts_per_to
   SiluMul(gu.t(), act.t());
   Linear(act.t(), shared_down, shared.t());
   ExpertsAndShared(h, idx.t(), w.t(), experts, shared.t(), gate.t(), out);
+  if (residual.X != nullptr) HcResidual(*residual.X, *residual.g, out);
 }
 
 }  // namespace q38

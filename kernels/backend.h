@@ -81,13 +81,20 @@ class Backend {
   virtual void GdnDeltaRule(const Tensor& qkv, const Tensor& beta, const Tensor& g, Tensor& state,
                             Tensor& o, int64_t key_heads, int64_t key_dim, bool chunked) = 0;
 
+  // The residual update that follows a block, X += g·out (HcResidual), where the block's output
+  // needs no all-reduce first (one rank): a fused block may make it as it writes out. X null: none.
+  struct Residual {
+    Tensor* X;  // Residual{} (null): none
+    const Tensor* g;
+  };
+
   // A Gated DeltaNet layer's mixer as one op (fused: docs/cuda.md), the composition
   //   qkv, z, b, a = LinearStacked(h, in, {C, Hv·dv, Hv, Hv});  xc = CausalConv(qkv, conv, conv_state);
   //   beta, g = GdnGates(b, a, a_log, dt_bias);  o = GdnDeltaRule(xc, beta, g, state, key_heads,
   //   key_dim, chunked: T > 1);  y = GatedRmsNorm(o, z, norm);  out = y·out_wᵀ
   // with h [T, H], in [C + Hv·dv + 2·Hv, H] (C = conv's channels, 2·Hk·dk + Hv·dv), conv [C, K],
   // a_log and dt_bias F32 [Hv], norm [dv], out_w [H, Hv·dv], out [T, H]. This default runs the
-  // composition.
+  // composition, then the residual update where one is given.
   struct GdnLayer {
     const Tensor& in;
     const Tensor& conv;
@@ -99,7 +106,8 @@ class Backend {
     bool sigmoid_gate;
     float eps;
   };
-  virtual void GdnBlock(const Tensor& h, const GdnLayer& w, Tensor& conv_state, Tensor& state, Tensor& out);
+  virtual void GdnBlock(const Tensor& h, const GdnLayer& w, Tensor& conv_state, Tensor& state, Tensor& out,
+                        const Residual& residual);
 
   // QSA (kernels/attention).
   // Pools every block that a token at one of `positions` completes.
@@ -128,10 +136,11 @@ class Backend {
   // with h [T, H], in [E + 2·Is + 1, H] (the router, the shared expert's gate|up, its gate),
   // shared_down [H, Is], out [T, H]. The hook, where given, sees the router's logits and choices
   // and may rewrite idx and w before the experts run; a backend fuses the block only without one.
-  // This default runs the composition.
+  // This default runs the composition, then the residual update where one is given.
   using RoutingHook = std::function<void(const Tensor& logits, Tensor& idx, Tensor& w)>;
   virtual void MoeBlock(const Tensor& h, const Tensor& in, int64_t experts_per_token, const Tensor& shared_down,
-                        const ExpertWeights& experts, Tensor& out, const RoutingHook& hook);
+                        const ExpertWeights& experts, Tensor& out, const RoutingHook& hook,
+                        const Residual& residual);
 
   // y_i = x·w_iᵀ for the consecutive row blocks w_i of w (rows[i] rows each), [T, rows[i]] each: at
   // one token one product over the whole stack, viewed in parts; at more, a product a part, so

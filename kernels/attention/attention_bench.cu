@@ -175,6 +175,8 @@ int SelectionTable(Bench& b) {
       cuda::IndexerSelectGrid(iq.p, pooled.p + (i % kLayers) * blocks * kIndexDim, position.p, sel_grid.p,
                               grid_scratch.p, kIndexHeads, kIndexDim, kRatio, kMaxBlocks, blocks, st);
     };
+    Q38_CUDA_CHECK(cudaMemsetAsync(sel.p, 0x7f, kMaxBlocks * sizeof(int32_t), s));  // unwritten slots differ
+    Q38_CUDA_CHECK(cudaMemsetAsync(sel_grid.p, 0x3f, kMaxBlocks * sizeof(int32_t), s));
     two(0, s);
     one(0, s);
     std::vector<int32_t> a(kMaxBlocks), g(kMaxBlocks);

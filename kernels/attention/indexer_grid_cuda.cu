@@ -19,6 +19,7 @@ namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / kWarp;
 constexpr int kPasses = 4, kBins = 256;
+static_assert(kThreads == kBins, "a thread a bin");
 constexpr int kScoreIds = 4;  // block ids a warp scores at once, their loads issued together
 
 struct Args {
@@ -28,7 +29,7 @@ struct Args {
   int32_t* sel;              // [max_blocks]
   int* hist;                 // [kPasses, kBins], zero on entry
   int* counts;               // [gridDim.x, 2]: keys above and at the cut
-  int heads, di, ratio, max_blocks;
+  int heads, di, ratio, max_blocks, max_visible;
 };
 
 __global__ void __launch_bounds__(kThreads, 2) IndexerSelectGridKernel(Args p) {
@@ -37,6 +38,7 @@ __global__ void __launch_bounds__(kThreads, 2) IndexerSelectGridKernel(Args p) {
   __shared__ uint32_t prefix_sh;
   __shared__ int need_sh, warp_above[kWarps], warp_equal[kWarps];
   const int nb = static_cast<int>((p.position[0] + 1) / p.ratio);
+  if (nb > p.max_visible) __trap();  // past the pooled keys (and the keys' shared memory)
   if (nb <= p.max_blocks) {  // every visible block fits: the same in every block, so no barrier waits
     if (blockIdx.x == 0) {
       for (int i = threadIdx.x; i < p.max_blocks; i += kThreads) p.sel[i] = i < nb ? i : -1;
@@ -149,7 +151,7 @@ int Sms() {
 int Blocks(int64_t heads, int64_t di, int64_t max_visible) {
   const int sms = Sms();
   const size_t smem = SharedBytes(heads, di, max_visible, sms);
-  if (smem > (48 << 10)) return 0;
+  if (smem > DynamicSharedLimit(IndexerSelectGridKernel)) return 0;
   const int blocks = CoResidentBlocks(IndexerSelectGridKernel, kThreads, smem);
   return blocks >= sms ? blocks : 0;
 }
@@ -166,8 +168,11 @@ bool IndexerSelectGridFits(int64_t heads, int64_t di, int64_t max_visible_blocks
 void IndexerSelectGrid(const __half* iq, const __half* pooled, const int64_t* positions, int32_t* sel, int* scratch,
                        int64_t heads, int64_t di, int64_t ratio, int64_t max_blocks, int64_t max_visible_blocks,
                        cudaStream_t stream) {
-  CHECK(IndexerSelectGridFits(heads, di, max_visible_blocks)) << "IndexerSelectGrid: heads " << heads << " di " << di;
+  CHECK_GT(max_blocks, 0) << "IndexerSelectGrid: a budget of no blocks";
+  CHECK(heads >= 1 && heads <= indexer::kMaxIndexHeads && di >= 1 && di <= indexer::kMaxDi)
+      << "IndexerSelectGrid: heads " << heads << " di " << di;
   const int blocks = Blocks(heads, di, max_visible_blocks);
+  CHECK_GT(blocks, 0) << "IndexerSelectGrid: " << max_visible_blocks << " visible blocks do not fit";
   Q38_CUDA_CHECK(cudaMemsetAsync(scratch, 0, kPasses * kBins * sizeof(int), stream));
   const Args args{iq,
                   pooled,
@@ -178,7 +183,8 @@ void IndexerSelectGrid(const __half* iq, const __half* pooled, const int64_t* po
                   static_cast<int>(heads),
                   static_cast<int>(di),
                   static_cast<int>(ratio),
-                  static_cast<int>(max_blocks)};
+                  static_cast<int>(max_blocks),
+                  static_cast<int>(max_visible_blocks)};
   LaunchCooperative(IndexerSelectGridKernel, blocks, kThreads, SharedBytes(heads, di, max_visible_blocks, Sms()),
                     stream, args);
 }

@@ -292,9 +292,11 @@ class CudaBackendImpl final : public CudaBackend {
 
   // One token: one kernel with grid-wide barriers (gdn_cuda.h, GdnBlockGrid) where the backend is
   // alone on its device (DeviceTenants) and the shape fits; otherwise the composition.
-  void GdnBlock(const Tensor& h, const GdnLayer& w, Tensor& conv_state, Tensor& state, Tensor& out) override {
-    const cuda::GdnBlockDims d{h.dim(-1),   w.conv.dim(0), w.conv.dim(1), w.key_heads,       w.a_log.numel(),
-                               w.key_dim,   w.norm.numel(), w.eps,        w.sigmoid_gate};
+  void GdnBlock(const Tensor& h, const GdnLayer& w, Tensor& conv_state, Tensor& state, Tensor& out,
+                const Residual& residual) override {
+    const cuda::GridResidual r = GridResidualOf(residual, h.dim(-1));
+    const cuda::GdnBlockDims d{h.dim(-1), w.conv.dim(0),  w.conv.dim(1), w.key_heads,    w.a_log.numel(),
+                               w.key_dim, w.norm.numel(), w.eps,         w.sigmoid_gate, r.S};
     if (Rows(h) == 1 && DeviceTenants::Alone(info_.ordinal) &&
         cuda::GdnBlockGridFits(d, h.data, w.in.data, w.out.data)) {
       // The shapes the composition's kernels take from their tensors, checked as its CHECKs would.
@@ -307,11 +309,11 @@ class CudaBackendImpl final : public CudaBackend {
       Buffer proj = Alloc(DType::kF16, {w.in.dim(0)}), o = Alloc(DType::kF16, {d.value_heads * d.value_dim});
       cuda::GdnBlockGrid(d,
                          {H(h), H(w.in), H(w.conv), H(conv_state), F(w.a_log), F(w.dt_bias), F(state), H(w.norm),
-                          H(w.out), H(proj.t()), H(o.t()), H(out)},
+                          H(w.out), H(proj.t()), H(o.t()), H(out), r.X, r.g},
                          stream_);
       return;
     }
-    Backend::GdnBlock(h, w, conv_state, state, out);
+    Backend::GdnBlock(h, w, conv_state, state, out, residual);
   }
 
   void IndexerPoolBlocks(const Tensor& raw_keys, const Tensor& knorm_w, Tensor& pooled, const Tensor& positions,
@@ -360,18 +362,18 @@ class CudaBackendImpl final : public CudaBackend {
   // MoeBlockGrid); otherwise, where the backend shares its device (DeviceTenants) or the shape
   // does not fit, the composition.
   void MoeBlock(const Tensor& h, const Tensor& in, int64_t experts_per_token, const Tensor& shared_down,
-                const ExpertWeights& experts, Tensor& out, const RoutingHook& hook) override {
+                const ExpertWeights& experts, Tensor& out, const RoutingHook& hook, const Residual& residual) override {
     const int64_t H_ = h.dim(-1), Is = shared_down.dim(1), E = in.dim(0) - 2 * Is - 1, k = experts_per_token;
     if (!hook && Rows(h) == 1 && experts.nvfp4 && DeviceTenants::Alone(info_.ordinal)) {
       const auto [gu, dn] = Projections(experts, H_);
       if (cuda::MoeBlockGridFits(H(h), H(in), H(shared_down), gu, dn, H_, E, k, Is)) {
         Buffer proj = Alloc(DType::kF16, {in.dim(0)}), act = Alloc(DType::kF16, {k, experts.intermediate});
         cuda::MoeBlockGrid(H(h), H(in), H(shared_down), gu, dn, H(out), {H(proj.t()), H(act.t())}, H_, E, k, Is,
-                           stream_);
+                           stream_, GridResidualOf(residual, H_));
         return;
       }
     }
-    Backend::MoeBlock(h, in, experts_per_token, shared_down, experts, out, hook);
+    Backend::MoeBlock(h, in, experts_per_token, shared_down, experts, out, hook, residual);
   }
   void AddSigmoidGated(Tensor& out, const Tensor& shared, const Tensor& gate_logit) override {
     cuda::AddSigmoidGated(H(out), H(shared), H(gate_logit), gate_logit.dim(-1), Rows(out), out.dim(-1), stream_);
@@ -457,6 +459,15 @@ class CudaBackendImpl final : public CudaBackend {
   absl::Status Synchronize() override { return CudaStatus(cudaStreamSynchronize(stream_), "synchronize"); }
 
  private:
+  // A block's residual update as the grid kernels take it: X [1, S·H] F32, g [1, S] (HcResidual's).
+  static cuda::GridResidual GridResidualOf(const Residual& r, int64_t H_) {
+    if (r.X == nullptr) return {};
+    const int64_t S = r.g->dim(-1);
+    CHECK(r.X->dtype == DType::kF32 && Rows(*r.X) == 1 && r.X->dim(-1) == S * H_ && Rows(*r.g) == 1)
+        << "a residual update of one token's streams";
+    return {F(*r.X), H(*r.g), S};
+  }
+
   // The experts' gate|up [E, 2I, H] and down [E, H, I] projections as the kernels take them.
   std::pair<cuda::ExpertProjection, cuda::ExpertProjection> Projections(const ExpertWeights& e, int64_t H_) {
     const int64_t I = e.intermediate;

@@ -42,6 +42,15 @@ int CoResidentBlocks(Kernel kernel, int threads, size_t smem) {
   return known[key] = std::min(per_sm, kGridBlocksPerSm) * sms;
 }
 
+// The dynamic shared memory a block of `kernel` may take without opting in to more: 48 KB less
+// the kernel's static shared memory.
+template <typename Kernel>
+size_t DynamicSharedLimit(Kernel kernel) {
+  cudaFuncAttributes attributes{};
+  Q38_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  return (size_t{48} << 10) - attributes.sharedSizeBytes;
+}
+
 // Launches `kernel` cooperatively on `blocks` blocks (at most CoResidentBlocks of them).
 template <typename... Params, typename... Args>
 void LaunchCooperative(void (*kernel)(Params...), int blocks, int threads, size_t smem, cudaStream_t stream,

@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
-#include <tuple>
 #include <vector>
 
 #include "kernels/conv/conv_cuda.h"
@@ -105,7 +104,13 @@ int Mixers(Bench& b, int iters) {
               "| shape | composed: 6 kernels µs | grid: 1 kernel µs | composed / grid | grid GB/s | out NMSE grid vs "
               "composed |\n|---|---|---|---|---|---|\n",
               iters);
-  for (auto [name, Hk, Hv] : {std::tuple<const char*, int64_t, int64_t>{"TP1", 16, 48}, {"TP2", 8, 24}, {"TP4", 4, 12}}) {
+  struct Shape {
+    const char* name;
+    int64_t Hk, Hv;
+  };
+  for (const Shape shape : {Shape{"TP1", 16, 48}, Shape{"TP2", 8, 24}, Shape{"TP4", 4, 12}}) {
+    const char* name = shape.name;
+    const int64_t Hk = shape.Hk, Hv = shape.Hv;
     Layers l(Hk, Hv, 1, s);
     const int64_t rows = l.C + l.V + 2 * Hv, weights = rows * kHidden + kHidden * l.V;
     const int copies = static_cast<int>(std::max<int64_t>(2, 256'000'000 / (2 * weights)));

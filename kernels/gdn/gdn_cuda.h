@@ -29,6 +29,7 @@ struct GdnBlockDims {
   int64_t H, channels, conv_taps, key_heads, value_heads, key_dim, value_dim;
   float eps;
   bool sigmoid_gate;
+  int64_t streams = 0;  // S of the residual update, where asked (at most 32)
 };
 struct GdnBlockOperands {
   const __half* h;        // [H]
@@ -43,6 +44,8 @@ struct GdnBlockOperands {
   __half* proj;           // scratch [channels + Hv·dv + 2·Hv]
   __half* o;              // scratch [Hv·dv]
   __half* out;            // [H]
+  float* X = nullptr;     // [S, H]: X += g·out as out is written (HcResidual), or null
+  const __half* g = nullptr;  // [S]
 };
 bool GdnBlockGridFits(const GdnBlockDims& d, const void* h, const void* in, const void* out_w);
 void GdnBlockGrid(const GdnBlockDims& d, const GdnBlockOperands& x, cudaStream_t stream);

@@ -55,7 +55,8 @@ INSTANTIATE_TEST_SUITE_P(Geometries, GdnCuda,
 
 // A GDN layer's whole mixer (Backend::GdnBlock: one kernel on the GPU at one token, GdnBlockGrid)
 // against the CPU's composition over a prefill of 5 tokens (the composition on both sides) and
-// decode steps, out and both states compared after each, at the model's TP1 and TP4 head counts,
+// decode steps with the residual update the block makes as it writes out, out, X and both states
+// compared after each, at the model's TP1 and TP4 head counts,
 // the small model's (with the sigmoid output gate and with silu) and dk 64. After the steps, one more step on the GPU three ways from the same
 // states: eagerly, replayed from a recorded graph (one kernel; bitwise the same, states included) and through
 // the GPU's own composition (within FP16 rounding).
@@ -93,9 +94,13 @@ TEST(GdnBlockCuda, DecodeStepsMatchTheComposition) {
     for (int64_t T : {5, 1, 1, 1}) {
       auto h = b.Act(Normal(T * g.H, seed++), {T, g.H});
       auto out = b.Out({T, g.H});
-      b.cpu().GdnBlock(h.cpu.t(), cpu_w, conv_state.cpu.t(), state.cpu.t(), out.cpu.t());
-      b.gpu().GdnBlock(h.gpu.t(), gpu_w, conv_state.gpu.t(), state.gpu.t(), out.gpu.t());
+      // With the residual update of one rank: X [T, 4·H] += gains·out.
+      auto X = b.F32(Normal(T * 4 * g.H, seed++), {T, 4 * g.H});
+      auto gains = b.Act(Normal(T * 4, seed++), {T, 4});
+      b.cpu().GdnBlock(h.cpu.t(), cpu_w, conv_state.cpu.t(), state.cpu.t(), out.cpu.t(), {&X.cpu.t(), &gains.cpu.t()});
+      b.gpu().GdnBlock(h.gpu.t(), gpu_w, conv_state.gpu.t(), state.gpu.t(), out.gpu.t(), {&X.gpu.t(), &gains.gpu.t()});
       EXPECT_TRUE(b.Matches(out, 8)) << "out, T " << T << ", " << at;
+      EXPECT_TRUE(b.Matches(X, 0.01)) << "the residual update, T " << T << ", " << at;
       EXPECT_TRUE(b.Matches(state, 1)) << "state, T " << T << ", " << at;
       EXPECT_TRUE(b.Matches(conv_state, 1)) << "conv state, T " << T << ", " << at;
     }
@@ -110,12 +115,12 @@ TEST(GdnBlockCuda, DecodeStepsMatchTheComposition) {
     };
     auto h = b.Act(Normal(g.H, seed++), {1, g.H});
     auto out = b.Out({1, g.H});
-    b.gpu().GdnBlock(h.gpu.t(), gpu_w, conv_state.gpu.t(), state.gpu.t(), out.gpu.t());
+    b.gpu().GdnBlock(h.gpu.t(), gpu_w, conv_state.gpu.t(), state.gpu.t(), out.gpu.t(), {});
     const std::vector<float> eager = b.GpuFloats(out), eager_state = b.GpuFloats(state),
                              eager_conv = b.GpuFloats(conv_state);
     restore();
     auto graph = b.gpu().Capture([&]() -> absl::Status {
-      b.gpu().GdnBlock(h.gpu.t(), gpu_w, conv_state.gpu.t(), state.gpu.t(), out.gpu.t());
+      b.gpu().GdnBlock(h.gpu.t(), gpu_w, conv_state.gpu.t(), state.gpu.t(), out.gpu.t(), {});
       return absl::OkStatus();
     });
     ASSERT_TRUE(graph.ok()) << at << ": " << graph.status();
@@ -126,7 +131,7 @@ TEST(GdnBlockCuda, DecodeStepsMatchTheComposition) {
     EXPECT_EQ(b.GpuFloats(state), eager_state) << "replayed state, " << at;
     EXPECT_EQ(b.GpuFloats(conv_state), eager_conv) << "replayed conv state, " << at;
     restore();
-    b.gpu().Backend::GdnBlock(h.gpu.t(), gpu_w, conv_state.gpu.t(), state.gpu.t(), out.gpu.t());
+    b.gpu().Backend::GdnBlock(h.gpu.t(), gpu_w, conv_state.gpu.t(), state.gpu.t(), out.gpu.t(), {});
     const std::vector<float> composed = b.GpuFloats(out);
     double err = 0, ref = 0;
     for (int64_t i = 0; i < g.H; ++i) {

@@ -6,7 +6,8 @@
 //     conv state, the gates, the delta rule on the state slice; o to scratch;
 //  C. (behind barrier 2) the conv state moves on a row (every block, a channel a thread, now that
 //     no block still reads it), every block forms the whole gated RMSNorm y of o in its shared
-//     memory, and the out projection's rows go a warp a row, their first loads issued before y.
+//     memory, and the out projection's rows go a warp a row, their first loads issued before y
+//     (where asked, each row's residual update with them).
 // Rounds where the composition of ops rounds (the projection, the conv output, o, y, out to FP16;
 // the gates and the state in FP32).
 #include <cooperative_groups.h>
@@ -40,6 +41,9 @@ struct Args {
   __half* proj;          // scratch [C + Z + 2·Hv]
   __half* o;             // scratch [Z]
   __half* out;           // [H]
+  float* X;              // [S, H]: X += g·out as out is written (HcResidual), or null
+  const __half* g;       // [S]
+  int S;
   int H, C, Kc, Hk, Hv, dv;
   float eps;
   bool sigmoid_gate;
@@ -225,7 +229,9 @@ __global__ void __launch_bounds__(kThreads, 2) GdnBlockGridKernel(Args p) {
   }
   __syncthreads();
   grid_gemv::Rows(p.out_w, zruns, p.H, Z, wg, W, outb, [&](int c) { return ys[c]; }, [&](int r, float dot) {
-    if (lane == 0) p.out[r] = __float2half(dot);
+    const __half y = __float2half(dot);
+    if (lane == 0) p.out[r] = y;
+    if (p.X != nullptr && lane < p.S) p.X[static_cast<int64_t>(lane) * p.H + r] += __half2float(p.g[lane]) * __half2float(y);
   });
   const int hist = p.Kc - 1;
   for (int c = b * kThreads + threadIdx.x; c < p.C; c += G * kThreads) {
@@ -265,8 +271,9 @@ bool GdnBlockGridFits(const GdnBlockDims& d, const void* h, const void* in, cons
   if (kernel == nullptr || d.key_heads < 1 || d.value_heads % d.key_heads != 0 || d.value_dim % kCols != 0) return false;
   if (d.conv_taps < 2 || d.conv_taps - 1 > kConvMaxHistory || d.H % 8 != 0 || Z > 8 * kThreads * kYRuns) return false;
   if (d.channels != 2 * d.key_heads * d.key_dim + Z || !aligned(h) || !aligned(in) || !aligned(out_w)) return false;
+  if (d.streams < 0 || d.streams > kWarp) return false;  // a lane a stream in the residual update
   const size_t smem = SharedBytes(d.H, Z, d.key_dim, d.value_heads);
-  return smem <= (48 << 10) && CoResidentBlocks(kernel, kThreads, smem) > 0;
+  return smem <= DynamicSharedLimit(kernel) && CoResidentBlocks(kernel, kThreads, smem) > 0;
 }
 
 void GdnBlockGrid(const GdnBlockDims& d, const GdnBlockOperands& x, cudaStream_t stream) {
@@ -278,6 +285,7 @@ void GdnBlockGrid(const GdnBlockDims& d, const GdnBlockOperands& x, cudaStream_t
                   x.conv_state, x.a_log, x.dt_bias,
                   x.state,   x.norm_w,   x.out_w,
                   x.proj,    x.o,        x.out,
+                  x.X,       x.g,        static_cast<int>(d.streams),
                   static_cast<int>(d.H), static_cast<int>(d.channels), static_cast<int>(d.conv_taps),
                   static_cast<int>(d.key_heads), static_cast<int>(d.value_heads), static_cast<int>(d.value_dim),
                   d.eps, d.sigmoid_gate};

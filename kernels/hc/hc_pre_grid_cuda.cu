@@ -177,7 +177,6 @@ __global__ void __launch_bounds__(kThreads, 2) HcPreGridKernel(Args p) {
 }
 
 size_t SharedBytes(int64_t H, int64_t R) { return (H + R) * sizeof(__half) + kUnitsAPass * sizeof(float); }
-constexpr size_t kMaxSharedBytes = 48 << 10;  // without opting in to more
 
 // Blocks for a shape: as many as are resident at once, a whole number a stream; 0 where the device
 // cannot launch cooperatively or holds fewer blocks than streams.
@@ -192,8 +191,8 @@ bool HcPreGridFits(int64_t S, int64_t H, int64_t R, int64_t norm_len, const void
                    const void* down_inject, const void* up) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return S >= 1 && S <= kMaxStreams && kUnitsAPass % S == 0 && H >= 8 && H % 8 == 0 && R >= 8 && R % 8 == 0 &&
-         (norm_len == H || norm_len == S * H) && SharedBytes(H, R) <= kMaxSharedBytes && aligned(X) && aligned(norm) && aligned(down_inject) &&
-         aligned(up) && GridBlocks(S, H, R) >= S;
+         (norm_len == H || norm_len == S * H) && aligned(X) && aligned(norm) && aligned(down_inject) && aligned(up) &&
+         SharedBytes(H, R) <= DynamicSharedLimit(HcPreGridKernel) && GridBlocks(S, H, R) >= S;
 }
 
 void HcPreGrid(const float* X, const __half* norm, int64_t norm_len, const __half* down_inject, const __half* up,

@@ -66,11 +66,18 @@ struct MoeBlockScratch {
   __half* proj;
   __half* act;
 };
+// The residual update a grid kernel makes as it writes its output y [H]: X [S, H] += g[s]·y, as
+// HcResidual computes it; X null: none.
+struct GridResidual {
+  float* X = nullptr;
+  const __half* g = nullptr;
+  int64_t S = 0;
+};
 bool MoeBlockGridFits(const __half* h, const __half* in, const __half* shared_down, const ExpertProjection& gate_up,
                       const ExpertProjection& down, int64_t H, int64_t E, int64_t k, int64_t Is);
 void MoeBlockGrid(const __half* h, const __half* in, const __half* shared_down, const ExpertProjection& gate_up,
                   const ExpertProjection& down, __half* out, MoeBlockScratch scratch, int64_t H, int64_t E, int64_t k,
-                  int64_t Is, cudaStream_t stream);
+                  int64_t Is, cudaStream_t stream, GridResidual residual = {});
 
 void SiluMul(const __half* gu, __half* y, int64_t T, int64_t I, cudaStream_t stream);
 void AddSigmoidGated(__half* out, const __half* shared, const __half* gate_logit, int64_t gate_stride, int64_t T,

@@ -147,8 +147,8 @@ TEST(MoeCuda, DenseExperts) {
 // the second time with the shared expert gated off (sigmoid(−12)), the output the routed experts'
 // alone. On the GPU it is also one kernel in a recorded graph, within FP16 rounding of the GPU's
 // own composition, the same on a second run and from the graph replayed after h changes and
-// changes back; and with a routing hook (which the fused kernel cannot call) the composition,
-// honouring what the hook rewrites.
+// changes back; with a routing hook (which the fused kernel cannot call) the composition,
+// honouring what the hook rewrites; and with the residual update made as out is written.
 TEST(MoeCuda, MoeBlockOfOneToken) {
   Q38_REQUIRE_GPU();
   BackendPair b;
@@ -196,13 +196,13 @@ TEST(MoeCuda, MoeBlockOfOneToken) {
     gpu_e.q = {gu_c.gpu, gu_s.gpu, dn_c.gpu, dn_s.gpu, g_gate.gpu, g_up.gpu, g_down.gpu};
 
     auto out = b.Out({1, H});
-    b.cpu().MoeBlock(h.cpu.t(), w_in.cpu.t(), k, shared_down.cpu.t(), cpu_e, out.cpu.t(), nullptr);
-    b.gpu().MoeBlock(h.gpu.t(), w_in.gpu.t(), k, shared_down.gpu.t(), gpu_e, out.gpu.t(), nullptr);
+    b.cpu().MoeBlock(h.cpu.t(), w_in.cpu.t(), k, shared_down.cpu.t(), cpu_e, out.cpu.t(), nullptr, {});
+    b.gpu().MoeBlock(h.gpu.t(), w_in.gpu.t(), k, shared_down.gpu.t(), gpu_e, out.gpu.t(), nullptr, {});
     EXPECT_TRUE(b.Matches(out, 8)) << "against the CPU, " << at;
     const std::vector<float> first = b.GpuFloats(out);
 
     auto composed = b.Out({1, H});
-    b.gpu().Backend::MoeBlock(h.gpu.t(), w_in.gpu.t(), k, shared_down.gpu.t(), gpu_e, composed.gpu.t(), nullptr);
+    b.gpu().Backend::MoeBlock(h.gpu.t(), w_in.gpu.t(), k, shared_down.gpu.t(), gpu_e, composed.gpu.t(), nullptr, {});
     const std::vector<float> c = b.GpuFloats(composed);
     double err = 0, ref = 0;
     for (int64_t i = 0; i < H; ++i) {
@@ -212,10 +212,10 @@ TEST(MoeCuda, MoeBlockOfOneToken) {
     EXPECT_LE(err / ref, 4 * cuda_test::kFp16Nmse) << "against the GPU composition, " << at;
 
     b.gpu().Fill(out.gpu.t(), NAN);
-    b.gpu().MoeBlock(h.gpu.t(), w_in.gpu.t(), k, shared_down.gpu.t(), gpu_e, out.gpu.t(), nullptr);
+    b.gpu().MoeBlock(h.gpu.t(), w_in.gpu.t(), k, shared_down.gpu.t(), gpu_e, out.gpu.t(), nullptr, {});
     EXPECT_EQ(b.GpuFloats(out), first) << "again, " << at;
     auto graph = b.gpu().Capture([&]() -> absl::Status {
-      b.gpu().MoeBlock(h.gpu.t(), w_in.gpu.t(), k, shared_down.gpu.t(), gpu_e, out.gpu.t(), nullptr);
+      b.gpu().MoeBlock(h.gpu.t(), w_in.gpu.t(), k, shared_down.gpu.t(), gpu_e, out.gpu.t(), nullptr, {});
       return absl::OkStatus();
     });
     ASSERT_TRUE(graph.ok()) << at << ": " << graph.status();
@@ -247,10 +247,21 @@ TEST(MoeCuda, MoeBlockOfOneToken) {
       };
     };
     auto hooked = b.Out({1, H});
-    b.cpu().MoeBlock(h.cpu.t(), w_in.cpu.t(), k, shared_down.cpu.t(), cpu_e, hooked.cpu.t(), last(b.cpu()));
-    b.gpu().MoeBlock(h.gpu.t(), w_in.gpu.t(), k, shared_down.gpu.t(), gpu_e, hooked.gpu.t(), last(b.gpu()));
+    b.cpu().MoeBlock(h.cpu.t(), w_in.cpu.t(), k, shared_down.cpu.t(), cpu_e, hooked.cpu.t(), last(b.cpu()), {});
+    b.gpu().MoeBlock(h.gpu.t(), w_in.gpu.t(), k, shared_down.gpu.t(), gpu_e, hooked.gpu.t(), last(b.gpu()), {});
     EXPECT_TRUE(b.Matches(hooked, 8)) << "with a hook, " << at;
     EXPECT_NE(b.GpuFloats(hooked), first) << "the hook's choices, " << at;
+
+    // With the residual update the block makes as it writes out (one rank): X [1, 4·H] += g·out.
+    auto X = b.F32(Normal(4 * H, 47), {1, 4 * H});
+    auto gains = b.Act(Normal(4, 48), {1, 4});
+    auto updated = b.Out({1, H});
+    b.cpu().MoeBlock(h.cpu.t(), w_in.cpu.t(), k, shared_down.cpu.t(), cpu_e, updated.cpu.t(), nullptr,
+                     {&X.cpu.t(), &gains.cpu.t()});
+    b.gpu().MoeBlock(h.gpu.t(), w_in.gpu.t(), k, shared_down.gpu.t(), gpu_e, updated.gpu.t(), nullptr,
+                     {&X.gpu.t(), &gains.gpu.t()});
+    EXPECT_EQ(b.GpuFloats(updated), first) << "out with the residual update, " << at;
+    EXPECT_TRUE(b.Matches(X, 0.01)) << "the residual update, in FP32, " << at;
   }
 }
 

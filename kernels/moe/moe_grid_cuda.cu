@@ -5,7 +5,7 @@
 //     code, so every block chooses the same experts), forms the shared expert's silu(gate)·up, dots its
 //     already loaded shared-down rows, and takes its share of the routed experts' gate/up rows;
 //  C. (behind barrier 2) each block's output rows: the routed experts' down rows, their weighted
-//     sum, plus sigmoid(gate)·shared.
+//     sum, plus sigmoid(gate)·shared; and where asked, the residual update of those rows.
 // Output row n belongs to block n mod G in B and C alike, so the shared expert's value for it
 // never leaves the block. Rounds where the composition of ops rounds (the projection, silu·up,
 // the shared expert's output and the routed sum to FP16); sums in a fixed order that does not
@@ -40,6 +40,9 @@ struct Args {
   __half* proj;               // scratch [E + 2·Is + 1]
   __half* act;                // scratch [k, I]
   __half* out;                // [H]
+  float* X;                   // [S, H]: X += g·out as out is written (HcResidual), or null
+  const __half* g;            // [S]
+  int S;
   int H, E, k, Is, I;
   int rows_per_block;         // output rows n = b + G·m, m < rows_per_block
   int gu_lanes, down_lanes;   // lanes a row: ChunkLanes(H), ChunkLanes(I)
@@ -189,7 +192,9 @@ __global__ void __launch_bounds__(kThreads, 2) MoeBlockGridKernel(Args p) {
     if (n >= H) break;
     float acc = 0;
     for (int j = 0; j < p.k; ++j) acc += __half2float(sw[j]) * pair_out[m * p.k + j];
-    p.out[n] = __float2half(__half2float(__float2half(acc)) + gate * shared_out[m]);
+    const __half y = __float2half(__half2float(__float2half(acc)) + gate * shared_out[m]);
+    p.out[n] = y;
+    for (int s = 0; p.X != nullptr && s < p.S; ++s) p.X[static_cast<int64_t>(s) * H + n] += __half2float(p.g[s]) * __half2float(y);
   }
 }
 
@@ -207,7 +212,7 @@ Shape GridShape(int64_t H, int64_t k, int64_t Is, int64_t I) {
   // Sized for one block an SM, the most rows a block can take once every SM has one.
   const int most_rows = static_cast<int>(CeilDiv(H, sms));
   s.smem = Layout(static_cast<int>(H), static_cast<int>(k), static_cast<int>(Is), static_cast<int>(I), most_rows).bytes;
-  if (s.smem > (48 << 10)) return s;
+  if (s.smem > DynamicSharedLimit(MoeBlockGridKernel)) return s;
   const int blocks = CoResidentBlocks(MoeBlockGridKernel, kThreads, s.smem);
   if (blocks < sms) return s;
   s.blocks = blocks;
@@ -232,7 +237,7 @@ bool MoeBlockGridFits(const __half* h, const __half* in, const __half* shared_do
 
 void MoeBlockGrid(const __half* h, const __half* in, const __half* shared_down, const ExpertProjection& gate_up,
                   const ExpertProjection& down, __half* out, MoeBlockScratch scratch, int64_t H, int64_t E, int64_t k,
-                  int64_t Is, cudaStream_t stream) {
+                  int64_t Is, cudaStream_t stream, GridResidual residual) {
   CHECK(MoeBlockGridFits(h, in, shared_down, gate_up, down, H, E, k, Is)) << "MoeBlockGrid: H " << H << " E " << E;
   const int64_t I = down.K;
   const Shape s = GridShape(H, k, Is, I);
@@ -244,6 +249,9 @@ void MoeBlockGrid(const __half* h, const __half* in, const __half* shared_down, 
                   scratch.proj,
                   scratch.act,
                   out,
+                  residual.X,
+                  residual.g,
+                  static_cast<int>(residual.S),
                   static_cast<int>(H),
                   static_cast<int>(E),
                   static_cast<int>(k),
