@@ -175,6 +175,19 @@ void ExpectSameAttention(BackendPair& b, int64_t Hq, int64_t Hkv, int64_t dh, in
   b.cpu().SelectedAttention(q.cpu.t(), k.cpu.t(), v.cpu.t(), sel.cpu.t(), p.cpu.t(), o.cpu.t(), ratio);
   b.gpu().SelectedAttention(q.gpu.t(), k.gpu.t(), v.gpu.t(), sel.gpu.t(), p.gpu.t(), o.gpu.t(), ratio);
   EXPECT_TRUE(b.Matches(o, 2)) << "T " << T << " Hq " << Hq << " dh " << dh;
+
+  // Gated (the gate in the merge where there is one): against the CPU, and bitwise against the
+  // GPU's attention followed by SigmoidMul.
+  auto gate = b.Act(Normal(T * Hq * dh, 14), {T, Hq * dh});
+  auto gated = b.Out({T, Hq, dh});
+  b.cpu().GatedSelectedAttention(q.cpu.t(), k.cpu.t(), v.cpu.t(), sel.cpu.t(), p.cpu.t(), gate.cpu.t(), gated.cpu.t(),
+                                 ratio);
+  b.gpu().GatedSelectedAttention(q.gpu.t(), k.gpu.t(), v.gpu.t(), sel.gpu.t(), p.gpu.t(), gate.gpu.t(), gated.gpu.t(),
+                                 ratio);
+  EXPECT_TRUE(b.Matches(gated, 4)) << "gated, T " << T << " Hq " << Hq << " dh " << dh;
+  Tensor flat = o.gpu.t().Reshaped({T, Hq * dh});
+  b.gpu().SigmoidMul(flat, gate.gpu.t());
+  EXPECT_EQ(b.GpuFloats(gated), b.GpuFloats(o)) << "gated against SigmoidMul after, T " << T << " Hq " << Hq;
 }
 
 TEST(AttentionCuda, DecodeSplitsTheContext) {

@@ -344,6 +344,16 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::SelectedAttention(H(q), H(kcache), H(vcache), I32(sel), I64(positions), H(o), F(scratch.t()), T, d,
                             stream_);
   }
+  // The gate joins the merge of the splits (decode), else a SigmoidMul after the kernel.
+  void GatedSelectedAttention(const Tensor& q, const Tensor& kcache, const Tensor& vcache, const Tensor& sel,
+                              const Tensor& positions, const Tensor& gate, Tensor& o, int64_t ratio) override {
+    const cuda::SelectedAttentionDims d{q.dim(1), kcache.dim(1), q.dim(2), ratio, sel.dim(1)};
+    const int64_t T = q.dim(0);
+    CHECK(gate.numel() == o.numel()) << "GatedSelectedAttention: a gate per output value";
+    Buffer scratch = Alloc(DType::kF32, {std::max<int64_t>(cuda::AttentionScratchFloats(T, d), 1)});
+    cuda::SelectedAttention(H(q), H(kcache), H(vcache), I32(sel), I64(positions), H(o), F(scratch.t()), T, d,
+                            stream_, H(gate));
+  }
 
   void RouterTopK(const Tensor& logits, Tensor& idx, Tensor& w) override {
     cuda::RouterTopK(H(logits), I32(idx), H(w), Rows(logits), logits.dim(-1), idx.dim(-1), stream_);

@@ -80,11 +80,12 @@ std::vector<Buffer> Model::Project(const Tensor& h, const StackedProjection& w) 
   return backend_.LinearStacked(h, w.weight.t(), w.rows);
 }
 
-Buffer Model::GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState::Gdn& s) {
+Buffer Model::GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState::Gdn& s,
+                            const Backend::Residual& residual) {
   Buffer out = Act({h.dim(0), config_.hidden_size});
   backend_.GdnBlock(h, {w.in.weight.t(), w.conv.t(), w.a_log.t(), w.dt_bias.t(), w.norm.t(), w.out.t(), w.key_heads,
                         config_.gdn_key_dim, config_.gdn_output_gate_sigmoid, eps_},
-                    s.conv.t(), s.recurrent.t(), out.t());
+                    s.conv.t(), s.recurrent.t(), out.t(), residual);
   return out;
 }
 
@@ -120,15 +121,15 @@ Buffer Model::Attention(const AttentionWeights& w, const Tensor& h, const Tensor
   }
 
   Buffer o = Act({T, Hq, dh});
-  backend_.SelectedAttention(q.t(), s.k.t(), s.v.t(), sel.t(), positions, o.t(), ratio);
+  backend_.GatedSelectedAttention(q.t(), s.k.t(), s.v.t(), sel.t(), positions, gate.t(), o.t(), ratio);
   Tensor o_flat = o.t().Reshaped({T, Hq * dh});
-  backend_.SigmoidMul(o_flat, gate.t());
   Buffer out = Act({T, c.hidden_size});
   backend_.Linear(o_flat, w.o.t(), out.t());
   return out;
 }
 
-Buffer Model::Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t position) {
+Buffer Model::Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t position,
+                  const Backend::Residual& residual) {
   const ModelConfig& c = config_;
   const int64_t T = h.dim(0), k = c.experts_per_token, E = c.num_experts;
   Backend::RoutingHook hook;
@@ -150,7 +151,7 @@ Buffer Model::Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t posit
     };
   }
   Buffer out = Act({T, c.hidden_size});
-  backend_.MoeBlock(h, w.in.weight.t(), k, w.shared_down.t(), w.experts, out.t(), hook);
+  backend_.MoeBlock(h, w.in.weight.t(), k, w.shared_down.t(), w.experts, out.t(), hook, residual);
   return out;
 }
 
@@ -214,20 +215,30 @@ absl::StatusOr<Buffer> Model::Step(int64_t T, const StepInputs& in, SequenceStat
   Buffer X = backend_.Alloc(DType::kF32, {T, S * H});
   backend_.EmbedStreams(weights_.embed.t(), in.ids.t(), X.t(), S);
   Buffer h = Act({T, H}), g = Act({T, S});
+  // With one rank nothing comes between a block and its residual update, so the fused blocks
+  // (GDN, MoE) make it themselves; with more, the all-reduce of each rank's part comes first.
+  const Backend::Residual fused = comm_.size() == 1 ? Backend::Residual{&X.t(), &g.t()} : Backend::Residual{};
+  const auto finish = [&](Buffer& y, bool updated) -> absl::Status {
+    if (!updated) {
+      RETURN_IF_ERROR(AllReduce(y));
+      backend_.HcResidual(X.t(), g.t(), y.t());
+    }
+    return between_blocks ? between_blocks() : absl::OkStatus();
+  };
   for (int i = 0; i < c.num_layers; ++i) {
     const LayerWeights& l = weights_.layers[i];
     if (l.ple) Ple(*l.ple, X.t(), in.ple_rows[i].t(), state);
     HyperConnection(l.attn_hc, X.t(), h, &g);
-    Buffer y = c.is_attention(i) ? Attention(l.attn, h.t(), in.positions.t(), state.attention[i], i, state.length)
-                                 : GatedDeltaNet(l.gdn, h.t(), state.gdn[i]);
-    RETURN_IF_ERROR(AllReduce(y));
-    backend_.HcResidual(X.t(), g.t(), y.t());
-    if (between_blocks) RETURN_IF_ERROR(between_blocks());
+    if (c.is_attention(i)) {
+      Buffer y = Attention(l.attn, h.t(), in.positions.t(), state.attention[i], i, state.length);
+      RETURN_IF_ERROR(finish(y, false));
+    } else {
+      Buffer y = GatedDeltaNet(l.gdn, h.t(), state.gdn[i], fused);
+      RETURN_IF_ERROR(finish(y, fused.X != nullptr));
+    }
     HyperConnection(l.mlp_hc, X.t(), h, &g);
-    Buffer m = Moe(l.moe, h.t(), i, state.length);
-    RETURN_IF_ERROR(AllReduce(m));
-    backend_.HcResidual(X.t(), g.t(), m.t());
-    if (between_blocks) RETURN_IF_ERROR(between_blocks());
+    Buffer m = Moe(l.moe, h.t(), i, state.length, fused);
+    RETURN_IF_ERROR(finish(m, fused.X != nullptr));
   }
   Tensor last = X.t().Rows(T - keep, keep);
   Buffer hf = Act({keep, H});

@@ -142,11 +142,12 @@ class Model {
   // the stack and takes each part as a view of its output; more tokens run one product per part,
   // since a part of a T-row output would not be contiguous.
   std::vector<Buffer> Project(const Tensor& h, const StackedProjection& w);
-  Buffer GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState::Gdn& s);
+  // The residual update, where given, is made by the block (Backend::Residual).
+  Buffer GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState::Gdn& s, const Backend::Residual& residual);
   // layer and position (the step's first token's) name the decisions ModelOptions' hooks see.
   Buffer Attention(const AttentionWeights& w, const Tensor& h, const Tensor& positions, SequenceState::Attention& s,
                    int layer, int64_t position);
-  Buffer Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t position);
+  Buffer Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t position, const Backend::Residual& residual);
   void Ple(const PleWeights& w, Tensor& X, const Tensor& rows, SequenceState& s);
   absl::Status AllReduce(Buffer& partial);
   // F32 or F16 tensor t from host floats (CopyFromHost copies bytes as they are).
