@@ -17,6 +17,7 @@
 #include "kernels/cuda/grid_gemv.cuh"
 #include "kernels/cuda/grid_launch.h"
 #include "kernels/gdn/gdn_cuda.h"
+#include "kernels/gdn/gdn_rule.cuh"
 
 namespace q38::cuda {
 namespace {
@@ -135,14 +136,7 @@ __global__ void __launch_bounds__(kThreads, 2) GdnBlockGridKernel(Args p) {
       }
     }
     __syncthreads();
-    if (warp < 2) {  // q and k L2-normalized: warp 0 sums q, warp 1 sums k
-      const float* v = warp == 0 ? qs : ks;
-      float ss = 0;
-      for (int i = lane; i < kDk; i += kWarp) ss += v[i] * v[i];
-      ss = WarpSum(ss);
-      if (lane == 0) norms[warp] = rsqrtf(ss + 1e-6f);
-    }
-    __syncthreads();
+    gdn::QkInvNorms<kDk>(qs, ks, norms);
     float mem = 0, v = 0, beta = 0, out = 0;
     float* S = p.state + static_cast<int64_t>(j) * kDk * p.dv;
     if (rule) {

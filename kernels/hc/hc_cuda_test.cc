@@ -56,6 +56,22 @@ TEST(HcCuda, EveryStep) {
   }
 }
 
+// A pre step's operands on both backends: X [T, S·H] from `x`, norm weights of norm_len, and
+// down_inject [rows, S·H] and up [S·H, R] scaled so that di and m sit near unit scale, as the
+// model's do; seeds from `seed` on.
+struct PreOperands {
+  cuda_test::Twin X, norm, dw, uw;
+};
+PreOperands MakePreOperands(BackendPair& b, const std::vector<float>& x, int64_t T, int64_t S, int64_t H, int64_t R,
+                            int64_t rows, int64_t norm_len, uint32_t seed) {
+  const int64_t W = S * H;
+  std::vector<float> down = Normal(rows * W, seed + 1), up = Normal(W * R, seed + 2);
+  for (float& v : down) v /= std::sqrt(static_cast<float>(W));
+  for (float& v : up) v *= 2.0f / std::sqrt(static_cast<float>(R));
+  return {b.F32(x, {T, W}), b.Act(cpu::op_test::Uniform(norm_len, seed, -0.3f, 0.3f), {norm_len}),
+          b.Act(down, {rows, W}), b.Act(up, {W, R})};
+}
+
 // The fused pre step (Backend::HcPre; one kernel at T = 1) against the CPU reference, and against
 // the GPU's own composition of five kernels (Backend::HcPre, the base class's), at the model's
 // widths (S = 4, H = 2560, R = 320), the small and tiny models' (H = 256 and 64, R = 16), with and
@@ -68,14 +84,7 @@ TEST(HcCuda, PreStepFusedAndComposed) {
     for (bool inject : {true, false}) {
       for (bool norm_per_row : {true, false}) {
         const int64_t W = S * H, rows = R + (inject ? S : 0), norm_len = norm_per_row ? W : H;
-        auto X = b.F32(Normal(T * W, 11), {T, W});
-        auto norm = b.Act(cpu::op_test::Uniform(norm_len, 12, -0.3f, 0.3f), {norm_len});
-        // di and m near unit scale, as the model's are.
-        std::vector<float> down = Normal(rows * W, 13), up = Normal(W * R, 14);
-        for (float& v : down) v /= std::sqrt(static_cast<float>(W));
-        for (float& v : up) v *= 2.0f / std::sqrt(static_cast<float>(R));
-        auto dw = b.Act(down, {rows, W});
-        auto uw = b.Act(up, {W, R});
+        auto [X, norm, dw, uw] = MakePreOperands(b, Normal(T * W, 11), T, S, H, R, rows, norm_len, 12);
         auto h = b.Out({T, H}), g = b.Out({T, S});
         b.cpu().HcPre(X.cpu.t(), norm.cpu.t(), dw.cpu.t(), uw.cpu.t(), h.cpu.t(), g.cpu.t(), S, 1e-6f);
         b.gpu().HcPre(X.gpu.t(), norm.gpu.t(), dw.gpu.t(), uw.gpu.t(), h.gpu.t(), g.gpu.t(), S, 1e-6f);
@@ -125,13 +134,7 @@ TEST(HcCuda, PreStepFusedEveryConfiguration) {
     const bool norm_per_row = shape++ % 2 == 0;  // norm weights of S·H, or of H shared by the streams
     for (bool inject : {true, false}) {
       const int64_t W = S * H, rows = R + (inject ? S : 0), norm_len = norm_per_row ? W : H;
-      auto X = b.F32(Normal(W, 21), {1, W});
-      auto norm = b.Act(cpu::op_test::Uniform(norm_len, 22, -0.3f, 0.3f), {norm_len});
-      std::vector<float> down = Normal(rows * W, 23), up = Normal(W * R, 24);
-      for (float& v : down) v /= std::sqrt(static_cast<float>(W));
-      for (float& v : up) v *= 2.0f / std::sqrt(static_cast<float>(R));
-      auto dw = b.Act(down, {rows, W});
-      auto uw = b.Act(up, {W, R});
+      auto [X, norm, dw, uw] = MakePreOperands(b, Normal(W, 21), 1, S, H, R, rows, norm_len, 22);
       const std::string at = "S " + std::to_string(S) + " H " + std::to_string(H) + " R " + std::to_string(R) +
                              (inject ? " inject" : "");
       ASSERT_TRUE(cuda::HcPreFusedFits(S, H, R, norm_len, X.gpu.t().data, norm.gpu.t().data, dw.gpu.t().data,
@@ -196,13 +199,7 @@ TEST(HcCuda, PreStepGrid) {
     for (bool inject : {true, false}) {
       const int64_t W = S * H, rows = R + (inject ? S : 0), norm_len = norm_per_row ? W : H;
       const std::vector<float> x_values = Normal(W, 31), other = Normal(W, 35);
-      auto X = b.F32(x_values, {1, W});
-      auto norm = b.Act(cpu::op_test::Uniform(norm_len, 32, -0.3f, 0.3f), {norm_len});
-      std::vector<float> down = Normal(rows * W, 33), up = Normal(W * R, 34);
-      for (float& v : down) v /= std::sqrt(static_cast<float>(W));
-      for (float& v : up) v *= 2.0f / std::sqrt(static_cast<float>(R));
-      auto dw = b.Act(down, {rows, W});
-      auto uw = b.Act(up, {W, R});
+      auto [X, norm, dw, uw] = MakePreOperands(b, x_values, 1, S, H, R, rows, norm_len, 32);
       const std::string at = "S " + std::to_string(S) + " H " + std::to_string(H) + " R " + std::to_string(R) +
                              (inject ? " inject" : "") + (norm_per_row ? " norm per row" : "");
       ASSERT_TRUE(cuda::HcPreGridFits(S, H, R, norm_len, X.gpu.t().data, norm.gpu.t().data, dw.gpu.t().data,

@@ -261,18 +261,8 @@ int MoeBlocks(Bench& b) {
     const bench::Launch grid = [&](int i, cudaStream_t st) {
       cuda::MoeBlockGrid(h.p, In(i), SharedDown(i), gu, dn, out.p, {proj.p, act.p}, kHidden, kExperts, kTopK, Is, st);
     };
-    composed(0, s);
-    Q38_CUDA_CHECK(cudaMemcpyAsync(want.p, out.p, kHidden * sizeof(__half), cudaMemcpyDeviceToDevice, s));
-    Q38_CUDA_CHECK(cudaMemsetAsync(out.p, 0xff, kHidden * sizeof(__half), s));
-    grid(0, s);
-    Q38_CUDA_CHECK(cudaStreamSynchronize(s));
-    const std::vector<float> got = bench::ToHost(out.p, kHidden), ref = bench::ToHost(want.p, kHidden);
-    double err = 0, norm = 0;
-    for (int64_t i = 0; i < kHidden; ++i) {
-      err += (static_cast<double>(got[i]) - ref[i]) * (static_cast<double>(got[i]) - ref[i]);
-      norm += static_cast<double>(ref[i]) * ref[i];
-    }
-    const double nmse = std::isfinite(err) ? err / std::max(norm, 1e-30) : INFINITY;
+    const double nmse =
+        bench::NmseOfSecond([&] { composed(0, s); }, [&] { grid(0, s); }, out.p, want.p, kHidden, s);
     const bool ok = nmse <= 4e-6;
     failures += ok ? 0 : 1;
     const double bytes = 2.0 * dense + kTopK * (gate_up.BytesPerExpert() + down.BytesPerExpert());
