@@ -2,8 +2,9 @@
 //  A. the stacked projection of h (router logits, the shared expert's gate|up and gate logit), a
 //     warp a row; meanwhile each block's rows of the shared expert's down projection are loaded;
 //  B. (behind barrier 1) every block routes the token itself (moe_route.cuh: the router kernel's
-//     code, so every block chooses the same experts), forms the shared expert's silu(gate)·up, dots its
-//     already loaded shared-down rows, and takes its share of the routed experts' gate/up rows;
+//     code, so every block chooses the same experts), forms the shared expert's silu(gate)·up,
+//     dots its already loaded shared-down rows, and takes its share of the routed experts'
+//     gate/up rows; then it loads the first of its routed down rows for C;
 //  C. (behind barrier 2) each block's output rows: the routed experts' down rows, their weighted
 //     sum, plus sigmoid(gate)·shared; and where asked, the residual update of those rows.
 // Output row n belongs to block n mod G in B and C alike, so the shared expert's value for it
@@ -167,18 +168,33 @@ __global__ void __launch_bounds__(kThreads, 2) MoeBlockGridKernel(Args p) {
       }
     }
   }
+  // C. This block's output rows: unit (m, j) a group of down_lanes lanes. The routed experts being
+  // known, each group's first unit is loaded before barrier 2; behind it, every pair's act.
+  const int dl = p.down_lanes, per_warp = kWarp / dl, dq = lane % dl, down_units = p.rows_per_block * p.k;
+  const auto down_unit = [&](int u0, int& u, int& j, int& n) {
+    u = u0 + lane / dl;
+    j = u % p.k;
+    n = b + G * (u / p.k);
+    return u < down_units && n < H;
+  };
+  moe_decode::RowChunks first;
+  {
+    int u, j, n;
+    const bool live = down_unit(warp * per_warp, u, j, n);
+    first = moe_decode::LoadRowChunks(p.down, live ? int64_t{sidx[j]} * H + n : -1, dq, dl);
+  }
   grid.sync();
 
-  // C. Every pair's act, then this block's output rows: unit (m, j) a group of down_lanes lanes.
   for (int j = 0; j < p.k; ++j) moe_decode::StageX(p.act + j * p.I, p.I, acts + j * (p.I / 8));
   __syncthreads();
   {
-    const int L = p.down_lanes, per_warp = kWarp / L, ql = lane % L, units = p.rows_per_block * p.k;
-    for (int u0 = warp * per_warp; u0 < units; u0 += kWarps * per_warp) {
-      const int u = u0 + lane / L, m = u / p.k, j = u % p.k, n = b + G * m;
-      const bool live = u < units && n < H;
+    const int L = dl, ql = dq;
+    for (int u0 = warp * per_warp; u0 < down_units; u0 += kWarps * per_warp) {
+      int u, j, n;
+      const bool live = down_unit(u0, u, j, n);
       const int64_t e = live ? sidx[j] : 0;
-      const moe_decode::RowChunks r = moe_decode::LoadRowChunks(p.down, live ? e * H + n : -1, ql, L);
+      const moe_decode::RowChunks r =
+          u0 == warp * per_warp ? first : moe_decode::LoadRowChunks(p.down, live ? e * H + n : -1, ql, L);
       float dot = moe_decode::RowChunksDot(r, acts + (live ? j : 0) * (p.I / 8), ql, L, p.I / 32);
       for (int o = L / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
       if (live && ql == 0) pair_out[u] = dot * Nvfp4Rows::kUnscale * p.down.Global(e, n);
