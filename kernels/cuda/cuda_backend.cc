@@ -1,6 +1,7 @@
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -9,6 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/status.h"
 #include "kernels/attention/attention_cuda.h"
 #include "kernels/conv/conv_cuda.h"
@@ -152,7 +155,8 @@ class DeviceTenants {
 
 class CudaBackendImpl final : public CudaBackend {
  public:
-  CudaBackendImpl(CudaDeviceInfo info, cudaStream_t stream) : info_(std::move(info)), stream_(stream) {
+  CudaBackendImpl(CudaDeviceInfo info, cudaStream_t stream, GridKernels grid)
+      : info_(std::move(info)), stream_(stream), grid_(grid) {
     DeviceTenants::Enter(info_.ordinal);
   }
   ~CudaBackendImpl() override {
@@ -166,6 +170,7 @@ class CudaBackendImpl final : public CudaBackend {
   cudaStream_t stream() const override { return stream_; }
   const CudaDeviceInfo& device() const override { return info_; }
   size_t reserved_bytes() const override { return allocator_.reserved(); }
+  const GridKernels& grid_kernels() const override { return grid_; }
   int64_t overflow_count() const override { return overflow_; }
 
   Buffer Alloc(DType dtype, std::vector<int64_t> shape) override {
@@ -297,7 +302,7 @@ class CudaBackendImpl final : public CudaBackend {
     const cuda::GridResidual r = GridResidualOf(residual, h.dim(-1));
     const cuda::GdnBlockDims d{h.dim(-1), w.conv.dim(0),  w.conv.dim(1), w.key_heads,    w.a_log.numel(),
                                w.key_dim, w.norm.numel(), w.eps,         w.sigmoid_gate, r.S};
-    if (Rows(h) == 1 && DeviceTenants::Alone(info_.ordinal) &&
+    if (Rows(h) == 1 && grid_.gdn && DeviceTenants::Alone(info_.ordinal) &&
         cuda::GdnBlockGridFits(d, h.data, w.in.data, w.out.data)) {
       // The shapes the composition's kernels take from their tensors, checked as its CHECKs would.
       const int64_t Z = d.value_heads * d.value_dim;
@@ -326,7 +331,7 @@ class CudaBackendImpl final : public CudaBackend {
   void IndexerSelect(const Tensor& iq, const Tensor& pooled, const Tensor& positions, Tensor& sel,
                      int64_t ratio) override {
     const int64_t T = iq.dim(0), max_visible = pooled.dim(0);
-    if (T == 1 && DeviceTenants::Alone(info_.ordinal) && cuda::IndexerSelectGridFits(iq.dim(1), iq.dim(2), max_visible)) {
+    if (T == 1 && grid_.indexer && DeviceTenants::Alone(info_.ordinal) && cuda::IndexerSelectGridFits(iq.dim(1), iq.dim(2), max_visible)) {
       Buffer scratch = Alloc(DType::kI32, {cuda::IndexerSelectGridScratchInts()});
       cuda::IndexerSelectGrid(H(iq), H(pooled), I64(positions), I32(sel), I32(scratch.t()), iq.dim(1), iq.dim(2), ratio,
                               sel.dim(1), max_visible, stream_);
@@ -374,7 +379,7 @@ class CudaBackendImpl final : public CudaBackend {
   void MoeBlock(const Tensor& h, const Tensor& in, int64_t experts_per_token, const Tensor& shared_down,
                 const ExpertWeights& experts, Tensor& out, const RoutingHook& hook, const Residual& residual) override {
     const int64_t H_ = h.dim(-1), Is = shared_down.dim(1), E = in.dim(0) - 2 * Is - 1, k = experts_per_token;
-    if (!hook && Rows(h) == 1 && experts.nvfp4 && DeviceTenants::Alone(info_.ordinal)) {
+    if (!hook && Rows(h) == 1 && experts.nvfp4 && grid_.moe && DeviceTenants::Alone(info_.ordinal)) {
       const auto [gu, dn] = Projections(experts, H_);
       if (cuda::MoeBlockGridFits(H(h), H(in), H(shared_down), gu, dn, H_, E, k, Is)) {
         Buffer proj = Alloc(DType::kF16, {in.dim(0)}), act = Alloc(DType::kF16, {k, experts.intermediate});
@@ -409,7 +414,7 @@ class CudaBackendImpl final : public CudaBackend {
     const int64_t S = streams, H_ = h.dim(-1), R = up.dim(1), rows = down_inject.dim(0);
     const bool inject = rows == R + S;
     const bool one_token = Rows(X) == 1 && X.dtype == DType::kF32 && (rows == R || inject) && X.dim(-1) == S * H_;
-    if (one_token && DeviceTenants::Alone(info_.ordinal) &&
+    if (one_token && grid_.hc && DeviceTenants::Alone(info_.ordinal) &&
         cuda::HcPreGridFits(S, H_, R, norm.numel(), X.data, norm.data, down_inject.data, up.data)) {
       Buffer partial = Alloc(DType::kF32, {rows, S}), rstd = Alloc(DType::kF32, {S});
       cuda::HcPreGrid(F(X), H(norm), norm.numel(), H(down_inject), H(up), H(h), inject ? H(g) : nullptr,
@@ -517,11 +522,39 @@ class CudaBackendImpl final : public CudaBackend {
   std::shared_ptr<StagingPool> staging_ = std::make_shared<StagingPool>();
   int64_t overflow_ = 0;
   int64_t captured_kernels_ = -1;
+  GridKernels grid_;
 };
 
 }  // namespace
 
+absl::StatusOr<GridKernels> ParseGridKernels(const std::string& spec) {
+  if (spec == "all") return GridKernels{};
+  GridKernels g{false, false, false, false};
+  if (spec == "none") return g;
+  for (absl::string_view name : absl::StrSplit(spec, ',')) {
+    bool* flag = name == "hc" ? &g.hc : name == "moe" ? &g.moe : name == "gdn" ? &g.gdn : name == "indexer" ? &g.indexer
+                                                                                                          : nullptr;
+    if (flag == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("Q38_CUDA_GRID_KERNELS: \"", name,
+                                                     "\" is none of all, none, hc, moe, gdn, indexer"));
+    }
+    *flag = true;
+  }
+  return g;
+}
+
+std::string GridKernelsName(const GridKernels& g) {
+  std::vector<std::string> on;
+  if (g.hc) on.push_back("hc");
+  if (g.moe) on.push_back("moe");
+  if (g.gdn) on.push_back("gdn");
+  if (g.indexer) on.push_back("indexer");
+  return on.size() == 4 ? "all" : on.empty() ? "none" : absl::StrJoin(on, ",");
+}
+
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int ordinal) {
+  const char* grid_spec = std::getenv("Q38_CUDA_GRID_KERNELS");
+  ASSIGN_OR_RETURN(const GridKernels grid, ParseGridKernels(grid_spec != nullptr ? grid_spec : "all"));
   int count = 0;
   RETURN_IF_ERROR(CudaStatus(cudaGetDeviceCount(&count), "cudaGetDeviceCount"));
   if (ordinal < 0 || ordinal >= count) {
@@ -543,7 +576,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int ordinal) {
   cudaDriverGetVersion(&info.driver_version);
   cudaStream_t stream = nullptr;
   RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"));
-  return std::unique_ptr<CudaBackend>(new CudaBackendImpl(std::move(info), stream));
+  return std::unique_ptr<CudaBackend>(new CudaBackendImpl(std::move(info), stream, grid));
 }
 
 }  // namespace q38

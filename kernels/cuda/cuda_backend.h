@@ -22,15 +22,28 @@ struct CudaDeviceInfo {
   int runtime_version = 0, driver_version = 0;
 };
 
+// The decode kernels with grid-wide barriers a backend may run (docs/cuda.md): the HC pre step,
+// the MoE block, the GDN mixer and the indexer's selection. All by default; the environment
+// variable Q38_CUDA_GRID_KERNELS narrows them ("all", "none", or a comma list of hc, moe, gdn,
+// indexer): to measure each against the kernels it replaces, or to keep cooperative launches off
+// a system whose driver mishandles them.
+struct GridKernels {
+  bool hc = true, moe = true, gdn = true, indexer = true;
+};
+absl::StatusOr<GridKernels> ParseGridKernels(const std::string& spec);
+std::string GridKernelsName(const GridKernels& g);  // "all", "none", or the comma list
+
 class CudaBackend : public Backend {
  public:
-  // Uses GPU `ordinal` (of the devices this process sees) from the calling thread on.
+  // Uses GPU `ordinal` (of the devices this process sees) from the calling thread on, with the
+  // grid kernels Q38_CUDA_GRID_KERNELS names (an error where it names something else).
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int ordinal);
 
   virtual cudaStream_t stream() const = 0;
   virtual const CudaDeviceInfo& device() const = 0;
   // Device memory held by this backend's allocator, in bytes.
   virtual size_t reserved_bytes() const = 0;
+  virtual const GridKernels& grid_kernels() const = 0;
 };
 
 }  // namespace q38

@@ -1,8 +1,10 @@
 // The CUDA backend's own parts: elementwise ops and position-addressed cache writes against the
 // CPU backend, the FP16 overflow count at upload, the allocator's reuse, and graph capture:
-// replays that follow changing inputs and equal eager runs bit for bit.
+// replays that follow changing inputs and equal eager runs bit for bit; the grid kernels' names.
 #include <cmath>
+#include <string>
 
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/testing/backend_pair.h"
 
@@ -11,6 +13,26 @@ namespace {
 
 using cpu::op_test::Normal;
 using cuda_test::BackendPair;
+
+// Q38_CUDA_GRID_KERNELS's values: all, none, a comma list, and anything else refused by name.
+TEST(CudaBackend, GridKernelsByName) {
+  for (const char* spec : {"all", "none", "hc", "moe,gdn", "hc,moe,gdn,indexer", "indexer,hc"}) {
+    const absl::StatusOr<GridKernels> g = ParseGridKernels(spec);
+    ASSERT_TRUE(g.ok()) << spec << ": " << g.status();
+    const std::string name = GridKernelsName(*g);
+    const absl::StatusOr<GridKernels> again = ParseGridKernels(name);
+    ASSERT_TRUE(again.ok()) << name;
+    EXPECT_EQ(GridKernelsName(*again), name) << spec;
+  }
+  EXPECT_EQ(GridKernelsName(*ParseGridKernels("hc,moe,gdn,indexer")), "all");
+  EXPECT_EQ(GridKernelsName(*ParseGridKernels("indexer,hc")), "hc,indexer");
+  const GridKernels g = *ParseGridKernels("moe,gdn");
+  EXPECT_TRUE(!g.hc && g.moe && g.gdn && !g.indexer);
+  for (const char* bad : {"", "hc,", "HC", "hc,attention", "all,hc"}) {
+    const absl::StatusOr<GridKernels> g = ParseGridKernels(bad);
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << "\"" << bad << "\"";
+  }
+}
 
 TEST(CudaBackend, ElementwiseOps) {
   Q38_REQUIRE_GPU();
