@@ -8,7 +8,8 @@
 namespace q38 {
 
 absl::StatusOr<RankDevice> OpenCudaRank(const RankDeviceOptions& o) {
-  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create(o.gpu));
+  ASSIGN_OR_RETURN(const GridKernels grid, ParseGridKernels(o.cuda_grid_kernels));
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create(o.gpu, grid));
   RankDevice d;
   d.comm = MakeSoloCommunicator();
   if (o.world > 1) {

@@ -1,7 +1,6 @@
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -124,11 +123,12 @@ class StagingPool : public std::enable_shared_from_this<StagingPool> {
 };
 
 // Backends of this process on each device. The kernels with grid-wide barriers (HcPreGrid,
-// MoeBlockGrid) take every block the device holds; two of them launched at once from two streams
+// MoeBlockGrid, GdnBlockGrid, IndexerSelectGrid) take every block the device holds; two of them launched at once from two streams
 // of one process could each hold part of the device and wait on the other, so a backend runs them
-// only while it is alone on its device. (Processes sharing a GPU take turns in time slices.) The
-// check is made when an op runs, so a graph recorded while alone keeps its cooperative kernels.
-// Backends of one process sharing a device are created together, before any step is recorded.
+// only while it is alone on its device. (Processes sharing a GPU without MPS take turns in time
+// slices.) The check is made when an op runs, so a graph recorded while alone keeps its
+// cooperative kernels: backends of one process that share a device are created together, before
+// any step is recorded.
 class DeviceTenants {
  public:
   static void Enter(int ordinal) { Adjust(ordinal, 1); }
@@ -299,14 +299,16 @@ class CudaBackendImpl final : public CudaBackend {
   // alone on its device (DeviceTenants) and the shape fits; otherwise the composition.
   void GdnBlock(const Tensor& h, const GdnLayer& w, Tensor& conv_state, Tensor& state, Tensor& out,
                 const Residual& residual) override {
-    const cuda::GridResidual r = GridResidualOf(residual, h.dim(-1));
+    const int64_t streams = residual.X != nullptr ? residual.g->dim(-1) : 0;
     const cuda::GdnBlockDims d{h.dim(-1), w.conv.dim(0),  w.conv.dim(1), w.key_heads,    w.a_log.numel(),
-                               w.key_dim, w.norm.numel(), w.eps,         w.sigmoid_gate, r.S};
+                               w.key_dim, w.norm.numel(), w.eps,         w.sigmoid_gate, streams};
     if (Rows(h) == 1 && grid_.gdn && DeviceTenants::Alone(info_.ordinal) &&
         cuda::GdnBlockGridFits(d, h.data, w.in.data, w.out.data)) {
       // The shapes the composition's kernels take from their tensors, checked as its CHECKs would.
       const int64_t Z = d.value_heads * d.value_dim;
-      CHECK_EQ(w.in.dim(0), d.channels + Z + 2 * d.value_heads) << "GdnBlock: stacked rows";
+      const cuda::GridResidual r = GridResidualOf(residual, d.H);
+      CHECK(w.in.dim(0) == d.channels + Z + 2 * d.value_heads && w.in.dim(1) == d.H) << "GdnBlock: stacked rows";
+      CHECK(w.dt_bias.numel() == d.value_heads) << "GdnBlock: dt_bias";
       CHECK(state.dim(0) == d.value_heads && state.dim(1) == d.key_dim && state.dim(2) == d.value_dim)
           << "GdnBlock: recurrent state";
       CHECK(conv_state.dim(0) == d.conv_taps - 1 && conv_state.dim(1) == d.channels) << "GdnBlock: conv state";
@@ -331,7 +333,8 @@ class CudaBackendImpl final : public CudaBackend {
   void IndexerSelect(const Tensor& iq, const Tensor& pooled, const Tensor& positions, Tensor& sel,
                      int64_t ratio) override {
     const int64_t T = iq.dim(0), max_visible = pooled.dim(0);
-    if (T == 1 && grid_.indexer && DeviceTenants::Alone(info_.ordinal) && cuda::IndexerSelectGridFits(iq.dim(1), iq.dim(2), max_visible)) {
+    if (T == 1 && sel.dim(1) >= 1 && grid_.indexer && DeviceTenants::Alone(info_.ordinal) &&
+        cuda::IndexerSelectGridFits(iq.dim(1), iq.dim(2), max_visible)) {
       Buffer scratch = Alloc(DType::kI32, {cuda::IndexerSelectGridScratchInts()});
       cuda::IndexerSelectGrid(H(iq), H(pooled), I64(positions), I32(sel), I32(scratch.t()), iq.dim(1), iq.dim(2), ratio,
                               sel.dim(1), max_visible, stream_);
@@ -382,6 +385,9 @@ class CudaBackendImpl final : public CudaBackend {
     if (!hook && Rows(h) == 1 && experts.nvfp4 && grid_.moe && DeviceTenants::Alone(info_.ordinal)) {
       const auto [gu, dn] = Projections(experts, H_);
       if (cuda::MoeBlockGridFits(H(h), H(in), H(shared_down), gu, dn, H_, E, k, Is)) {
+        // The shapes the composition's kernels take from their tensors, checked as its CHECKs would.
+        CHECK(in.dim(1) == H_ && shared_down.dim(0) == H_ && out.numel() == H_) << "MoeBlock: shapes";
+        CHECK_EQ(E, experts.q.gate_up_codes.t().dim(0)) << "MoeBlock: router rows against the experts";
         Buffer proj = Alloc(DType::kF16, {in.dim(0)}), act = Alloc(DType::kF16, {k, experts.intermediate});
         cuda::MoeBlockGrid(H(h), H(in), H(shared_down), gu, dn, H(out), {H(proj.t()), H(act.t())}, H_, E, k, Is,
                            stream_, GridResidualOf(residual, H_));
@@ -535,8 +541,8 @@ absl::StatusOr<GridKernels> ParseGridKernels(const std::string& spec) {
     bool* flag = name == "hc" ? &g.hc : name == "moe" ? &g.moe : name == "gdn" ? &g.gdn : name == "indexer" ? &g.indexer
                                                                                                           : nullptr;
     if (flag == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("Q38_CUDA_GRID_KERNELS: \"", name,
-                                                     "\" is none of all, none, hc, moe, gdn, indexer"));
+      return absl::InvalidArgumentError(absl::StrCat("cuda_grid_kernels: \"", name,
+                                                     "\" is none of hc, moe, gdn, indexer (all and none stand alone)"));
     }
     *flag = true;
   }
@@ -552,9 +558,7 @@ std::string GridKernelsName(const GridKernels& g) {
   return on.size() == 4 ? "all" : on.empty() ? "none" : absl::StrJoin(on, ",");
 }
 
-absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int ordinal) {
-  const char* grid_spec = std::getenv("Q38_CUDA_GRID_KERNELS");
-  ASSIGN_OR_RETURN(const GridKernels grid, ParseGridKernels(grid_spec != nullptr ? grid_spec : "all"));
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int ordinal, const GridKernels& grid) {
   int count = 0;
   RETURN_IF_ERROR(CudaStatus(cudaGetDeviceCount(&count), "cudaGetDeviceCount"));
   if (ordinal < 0 || ordinal >= count) {

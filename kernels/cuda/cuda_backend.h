@@ -23,21 +23,20 @@ struct CudaDeviceInfo {
 };
 
 // The decode kernels with grid-wide barriers a backend may run (docs/cuda.md): the HC pre step,
-// the MoE block, the GDN mixer and the indexer's selection. All by default; the environment
-// variable Q38_CUDA_GRID_KERNELS narrows them ("all", "none", or a comma list of hc, moe, gdn,
-// indexer): to measure each against the kernels it replaces, or to keep cooperative launches off
-// a system whose driver mishandles them.
+// the MoE block, the GDN mixer and the indexer's selection, where the device, its sharing and the
+// shapes allow. All by default; fewer to measure each against the kernels it replaces, or none to
+// keep cooperative launches off a system whose driver mishandles them.
 struct GridKernels {
   bool hc = true, moe = true, gdn = true, indexer = true;
 };
+// "all", "none", or a comma list of hc, moe, gdn, indexer (the --cuda_grid_kernels flag).
 absl::StatusOr<GridKernels> ParseGridKernels(const std::string& spec);
 std::string GridKernelsName(const GridKernels& g);  // "all", "none", or the comma list
 
 class CudaBackend : public Backend {
  public:
-  // Uses GPU `ordinal` (of the devices this process sees) from the calling thread on, with the
-  // grid kernels Q38_CUDA_GRID_KERNELS names (an error where it names something else).
-  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int ordinal);
+  // Uses GPU `ordinal` (of the devices this process sees) from the calling thread on.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int ordinal, const GridKernels& grid = {});
 
   virtual cudaStream_t stream() const = 0;
   virtual const CudaDeviceInfo& device() const = 0;

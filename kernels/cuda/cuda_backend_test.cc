@@ -14,7 +14,7 @@ namespace {
 using cpu::op_test::Normal;
 using cuda_test::BackendPair;
 
-// Q38_CUDA_GRID_KERNELS's values: all, none, a comma list, and anything else refused by name.
+// --cuda_grid_kernels's values: all, none, a comma list, and anything else refused by name.
 TEST(CudaBackend, GridKernelsByName) {
   for (const char* spec : {"all", "none", "hc", "moe,gdn", "hc,moe,gdn,indexer", "indexer,hc"}) {
     const absl::StatusOr<GridKernels> g = ParseGridKernels(spec);

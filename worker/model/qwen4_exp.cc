@@ -70,7 +70,7 @@ absl::Status Model::AllReduce(Buffer& partial) {
 }
 
 void Model::HyperConnection(const HcWeights& w, const Tensor& X, Buffer& h, Buffer* g) {
-  // One op (Backend::HcPre): the CUDA backend runs a one-token module as two kernels.
+  // One op (Backend::HcPre): the CUDA backend runs a one-token module as one kernel (docs/cuda.md).
   Tensor none;
   backend_.HcPre(X, w.norm.t(), w.down_inject.t(), w.up.t(), h.t(), g != nullptr ? g->t() : none, config_.hc_count,
                  eps_);

@@ -138,9 +138,7 @@ class Model {
   // Runs a hyper-connection module's pre step (Backend::HcPre): h [T, H] and, with inject, gains
   // g [T, S].
   void HyperConnection(const HcWeights& w, const Tensor& X, Buffer& h, Buffer* g);
-  // Every part of a stacked projection of h, each [T, rows]. A one-token step runs one GEMV over
-  // the stack and takes each part as a view of its output; more tokens run one product per part,
-  // since a part of a T-row output would not be contiguous.
+  // Every part of a stacked projection of h, each [T, rows] (Backend::LinearStacked).
   std::vector<Buffer> Project(const Tensor& h, const StackedProjection& w);
   // The residual update, where given, is made by the block (Backend::Residual).
   Buffer GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState::Gdn& s, const Backend::Residual& residual);
