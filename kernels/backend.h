@@ -81,34 +81,6 @@ class Backend {
   virtual void GdnDeltaRule(const Tensor& qkv, const Tensor& beta, const Tensor& g, Tensor& state,
                             Tensor& o, int64_t key_heads, int64_t key_dim, bool chunked) = 0;
 
-  // The residual update that follows a block, X += g·out (HcResidual), where the block's output
-  // needs no all-reduce first (one rank): a fused block may make it as it writes out. X null: none.
-  struct Residual {
-    Tensor* X;  // Residual{} (null): none
-    const Tensor* g;
-  };
-
-  // A Gated DeltaNet layer's mixer as one op (fused: docs/cuda.md), the composition
-  //   qkv, z, b, a = LinearStacked(h, in, {C, Hv·dv, Hv, Hv});  xc = CausalConv(qkv, conv, conv_state);
-  //   beta, g = GdnGates(b, a, a_log, dt_bias);  o = GdnDeltaRule(xc, beta, g, state, key_heads,
-  //   key_dim, chunked: T > 1);  y = GatedRmsNorm(o, z, norm);  out = y·out_wᵀ
-  // with h [T, H], in [C + Hv·dv + 2·Hv, H] (C = conv's channels, 2·Hk·dk + Hv·dv), conv [C, K],
-  // a_log and dt_bias F32 [Hv], norm [dv], out_w [H, Hv·dv], out [T, H]. This default runs the
-  // composition, then the residual update where one is given.
-  struct GdnLayer {
-    const Tensor& in;
-    const Tensor& conv;
-    const Tensor& a_log;
-    const Tensor& dt_bias;
-    const Tensor& norm;
-    const Tensor& out;
-    int64_t key_heads, key_dim;
-    bool sigmoid_gate;
-    float eps;
-  };
-  virtual void GdnBlock(const Tensor& h, const GdnLayer& w, Tensor& conv_state, Tensor& state, Tensor& out,
-                        const Residual& residual);
-
   // QSA (kernels/attention).
   // Pools every block that a token at one of `positions` completes.
   virtual void IndexerPoolBlocks(const Tensor& raw_keys, const Tensor& knorm_w, Tensor& pooled,
@@ -134,23 +106,6 @@ class Backend {
   // with the shared expert's output already computed. This default runs the two.
   virtual void ExpertsAndShared(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& experts,
                                 const Tensor& shared, const Tensor& gate_logit, Tensor& out);
-  // The whole MoE block as one op (fused: docs/cuda.md), the composition
-  //   logits, gu, gate_logit = LinearStacked(h, in, {E, 2·Is, 1});  idx, w = RouterTopK(logits);
-  //   hook(logits, idx, w);  act = SiluMul(gu);  shared = act·shared_downᵀ;
-  //   ExpertsAndShared(h, idx, w, experts, shared, gate_logit, out)
-  // with h [T, H], in [E + 2·Is + 1, H] (the router, the shared expert's gate|up, its gate),
-  // shared_down [H, Is], out [T, H]. The hook, where given, sees the router's logits and choices
-  // and may rewrite idx and w before the experts run; a backend fuses the block only without one.
-  // This default runs the composition, then the residual update where one is given.
-  using RoutingHook = std::function<void(const Tensor& logits, Tensor& idx, Tensor& w)>;
-  virtual void MoeBlock(const Tensor& h, const Tensor& in, int64_t experts_per_token, const Tensor& shared_down,
-                        const ExpertWeights& experts, Tensor& out, const RoutingHook& hook,
-                        const Residual& residual);
-
-  // y_i = x·w_iᵀ for the consecutive row blocks w_i of w (rows[i] rows each), [T, rows[i]] each: at
-  // one token one product over the whole stack, viewed in parts; at more, a product a part, so
-  // that each part is a whole matrix of its own.
-  std::vector<Buffer> LinearStacked(const Tensor& x, const Tensor& w, const std::vector<int64_t>& rows);
 
   // Hyper-connections (kernels/hc).
   virtual void EmbedStreams(const Tensor& table, const Tensor& ids, Tensor& X, int64_t streams) = 0;

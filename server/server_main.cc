@@ -42,7 +42,7 @@ ABSL_FLAG(std::string, cpu_comm, "shm", "CPU workers meet over shm (shared memor
 ABSL_FLAG(std::string, cpu_math, "fast", "CPU workers' arithmetic: fast (FP32 SIMD) or exact (the double-accumulating reference)");
 ABSL_FLAG(int32_t, cpu_threads, 0, "threads per fast CPU worker (0: this host's cores shared out over the workers)");
 ABSL_FLAG(std::string, cuda_grid_kernels, "all",
-          "GPU workers' decode kernels with grid-wide barriers: all, none, or a comma list of hc, moe, gdn, indexer");
+          "GPU workers' decode kernels with grid-wide barriers: all (the indexer's selection at long context) or none");
 ABSL_FLAG(int64_t, max_context, 4096, "longest sequence, prompt plus generated tokens");
 ABSL_FLAG(int64_t, prefill_chunk, 8192, "prefill chunk in tokens");
 ABSL_FLAG(std::string, run_dir, "", "directory for worker sockets and the rendezvous (default: a fresh one in /tmp)");

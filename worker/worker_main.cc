@@ -38,7 +38,7 @@ ABSL_FLAG(std::string, cpu_comm, "shm", "CPU ranks meet over shm (shared memory,
 ABSL_FLAG(std::string, cpu_math, "fast", "CPU ranks' arithmetic: fast (FP32 SIMD) or exact (the double-accumulating reference)");
 ABSL_FLAG(int32_t, cpu_threads, 0, "threads of a fast CPU rank (0: the host's cores shared out over the world)");
 ABSL_FLAG(std::string, cuda_grid_kernels, "all",
-          "CUDA ranks' decode kernels with grid-wide barriers: all, none, or a comma list of hc, moe, gdn, indexer");
+          "CUDA ranks' decode kernels with grid-wide barriers: all (the indexer's selection at long context) or none");
 ABSL_FLAG(int64_t, max_context, 4096, "the longest sequence (prompt + generated) this worker holds");
 ABSL_FLAG(int64_t, prefill_chunk, 8192, "prefill runs in chunks of at most this many tokens");
 ABSL_FLAG(int32_t, parent_pipe_fd, -1, "read end of a pipe whose writer is the coordinator; EOF means it died");

@@ -74,8 +74,8 @@ TEST(AttentionCuda, TiedScoresTakeTheLowestBlockIds) {
   ExpectSameSelection(b, few, many, {79999, 40000}, 512);
 }
 
-// One query at a time (IndexerSelect at T = 1: one kernel with grid-wide barriers on the GPU)
-// against the CPU and, id for id, against the two kernels of the other route (cuda::IndexerSelect):
+// One query at a time (IndexerSelect at T = 1 over 8,192 pooled blocks or more: one kernel with
+// grid-wide barriers on the GPU) against the CPU and, id for id, against the two kernels of the other route (cuda::IndexerSelect):
 // dense (every visible block fits), just past the budget, 3,000 to 131,072 visible blocks (past
 // one 32-id step of a warp on the H200's grid), an awkward budget, the cut inside thousands of
 // tied keys with higher keys spread over the whole range (so blocks and warps after the last tie
@@ -97,9 +97,10 @@ TEST(AttentionCuda, SelectsForOneQueryInOneKernel) {
     for (int64_t c = 0; c < di; ++c) pooled_host[i * di + c] = 2.0f * q[c];
   }
   auto pooled = b.Act(pooled_host, {nblocks, di});
-  std::vector<float> same(700 * di);
-  for (int64_t i = 0; i < 700; ++i) std::copy_n(rows.begin() + di, di, same.begin() + i * di);
-  auto flat = b.Act(same, {700, di});
+  const int64_t flat_blocks = 8192;  // the fewest that take the one kernel
+  std::vector<float> same(flat_blocks * di);
+  for (int64_t i = 0; i < flat_blocks; ++i) std::copy_n(rows.begin() + di, di, same.begin() + i * di);
+  auto flat = b.Act(same, {flat_blocks, di});
   auto iq = b.Act(q, {1, heads, di});
   const auto select = [&](cuda_test::Twin& keys, int64_t pos, int64_t max_blocks) {
     const std::string at = "position " + std::to_string(pos) + ", budget " + std::to_string(max_blocks);

@@ -9,8 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "common/status.h"
 #include "kernels/attention/attention_cuda.h"
 #include "kernels/conv/conv_cuda.h"
@@ -122,9 +120,9 @@ class StagingPool : public std::enable_shared_from_this<StagingPool> {
   std::multimap<size_t, void*> free_;
 };
 
-// Backends of this process on each device. The kernels with grid-wide barriers (HcPreGrid,
-// MoeBlockGrid, GdnBlockGrid, IndexerSelectGrid) take every block the device holds; two of them launched at once from two streams
-// of one process could each hold part of the device and wait on the other, so a backend runs them
+// Backends of this process on each device. A kernel with grid-wide barriers (IndexerSelectGrid)
+// takes every block the device holds; two launched at once from two streams of one process could
+// each hold part of the device and wait on the other, so a backend runs them
 // only while it is alone on its device. (Processes sharing a GPU without MPS take turns in time
 // slices.) The check is made when an op runs, so a graph recorded while alone keeps its
 // cooperative kernels: backends of one process that share a device are created together, before
@@ -295,45 +293,22 @@ class CudaBackendImpl final : public CudaBackend {
                        state.dim(2), stream_);
   }
 
-  // One token: one kernel with grid-wide barriers (gdn_cuda.h, GdnBlockGrid) where the backend is
-  // alone on its device (DeviceTenants) and the shape fits; otherwise the composition.
-  void GdnBlock(const Tensor& h, const GdnLayer& w, Tensor& conv_state, Tensor& state, Tensor& out,
-                const Residual& residual) override {
-    const int64_t streams = residual.X != nullptr ? residual.g->dim(-1) : 0;
-    const cuda::GdnBlockDims d{h.dim(-1), w.conv.dim(0),  w.conv.dim(1), w.key_heads,    w.a_log.numel(),
-                               w.key_dim, w.norm.numel(), w.eps,         w.sigmoid_gate, streams};
-    if (Rows(h) == 1 && grid_.gdn && DeviceTenants::Alone(info_.ordinal) &&
-        cuda::GdnBlockGridFits(d, h.data, w.in.data, w.out.data)) {
-      // The shapes the composition's kernels take from their tensors, checked as its CHECKs would.
-      const int64_t Z = d.value_heads * d.value_dim;
-      const cuda::GridResidual r = GridResidualOf(residual, d.H);
-      CHECK(w.in.dim(0) == d.channels + Z + 2 * d.value_heads && w.in.dim(1) == d.H) << "GdnBlock: stacked rows";
-      CHECK(w.dt_bias.numel() == d.value_heads) << "GdnBlock: dt_bias";
-      CHECK(state.dim(0) == d.value_heads && state.dim(1) == d.key_dim && state.dim(2) == d.value_dim)
-          << "GdnBlock: recurrent state";
-      CHECK(conv_state.dim(0) == d.conv_taps - 1 && conv_state.dim(1) == d.channels) << "GdnBlock: conv state";
-      CHECK(w.out.dim(0) == d.H && w.out.dim(1) == Z && out.numel() == d.H) << "GdnBlock: out projection";
-      Buffer proj = Alloc(DType::kF16, {w.in.dim(0)}), o = Alloc(DType::kF16, {d.value_heads * d.value_dim});
-      cuda::GdnBlockGrid(d,
-                         {H(h), H(w.in), H(w.conv), H(conv_state), F(w.a_log), F(w.dt_bias), F(state), H(w.norm),
-                          H(w.out), H(proj.t()), H(o.t()), H(out), r.X, r.g},
-                         stream_);
-      return;
-    }
-    Backend::GdnBlock(h, w, conv_state, state, out, residual);
-  }
-
   void IndexerPoolBlocks(const Tensor& raw_keys, const Tensor& knorm_w, Tensor& pooled, const Tensor& positions,
                          int64_t ratio, float eps, int64_t rotary_dim, double theta) override {
     cuda::IndexerPoolBlocks(H(raw_keys), H(knorm_w), H(pooled), I64(positions), positions.numel(), raw_keys.dim(-1),
                             ratio, eps, rotary_dim, theta, stream_);
   }
-  // One query: scores and selection in one kernel with grid-wide barriers (IndexerSelectGrid)
-  // where the backend is alone on its device; otherwise a score kernel and a block per query.
+  // One query of a long sequence: scores and selection in one kernel with grid-wide barriers
+  // (IndexerSelectGrid) where the backend is alone on its device; otherwise a score kernel and a
+  // block per query. The pooled cache's length decides, since a recorded step keeps its kernels
+  // while the sequence grows: attention_bench has the one kernel behind below 8,192 blocks
+  // (17.5 µs against 14.0 at 2,048) and ahead from there (45.7 against 100.1 at 65,536).
   void IndexerSelect(const Tensor& iq, const Tensor& pooled, const Tensor& positions, Tensor& sel,
                      int64_t ratio) override {
+    constexpr int64_t kGridMinBlocks = 8192;
     const int64_t T = iq.dim(0), max_visible = pooled.dim(0);
-    if (T == 1 && sel.dim(1) >= 1 && grid_.indexer && DeviceTenants::Alone(info_.ordinal) &&
+    if (T == 1 && sel.dim(1) >= 1 && max_visible >= kGridMinBlocks && grid_.indexer &&
+        DeviceTenants::Alone(info_.ordinal) &&
         cuda::IndexerSelectGridFits(iq.dim(1), iq.dim(2), max_visible)) {
       Buffer scratch = Alloc(DType::kI32, {cuda::IndexerSelectGridScratchInts()});
       cuda::IndexerSelectGrid(H(iq), H(pooled), I64(positions), I32(sel), I32(scratch.t()), iq.dim(1), iq.dim(2), ratio,
@@ -376,26 +351,6 @@ class CudaBackendImpl final : public CudaBackend {
     CHECK(shared.numel() == out.numel() && Rows(gate_logit) == Rows(out));
     Experts(h, idx, w, e, out, {H(shared), H(gate_logit), gate_logit.dim(-1)});
   }
-  // One token without a routing hook: one kernel with grid-wide barriers (moe_cuda.h,
-  // MoeBlockGrid); otherwise, where the backend shares its device (DeviceTenants) or the shape
-  // does not fit, the composition.
-  void MoeBlock(const Tensor& h, const Tensor& in, int64_t experts_per_token, const Tensor& shared_down,
-                const ExpertWeights& experts, Tensor& out, const RoutingHook& hook, const Residual& residual) override {
-    const int64_t H_ = h.dim(-1), Is = shared_down.dim(1), E = in.dim(0) - 2 * Is - 1, k = experts_per_token;
-    if (!hook && Rows(h) == 1 && experts.nvfp4 && grid_.moe && DeviceTenants::Alone(info_.ordinal)) {
-      const auto [gu, dn] = Projections(experts, H_);
-      if (cuda::MoeBlockGridFits(H(h), H(in), H(shared_down), gu, dn, H_, E, k, Is)) {
-        // The shapes the composition's kernels take from their tensors, checked as its CHECKs would.
-        CHECK(in.dim(1) == H_ && shared_down.dim(0) == H_ && out.numel() == H_) << "MoeBlock: shapes";
-        CHECK_EQ(E, experts.q.gate_up_codes.t().dim(0)) << "MoeBlock: router rows against the experts";
-        Buffer proj = Alloc(DType::kF16, {in.dim(0)}), act = Alloc(DType::kF16, {k, experts.intermediate});
-        cuda::MoeBlockGrid(H(h), H(in), H(shared_down), gu, dn, H(out), {H(proj.t()), H(act.t())}, H_, E, k, Is,
-                           stream_, GridResidualOf(residual, H_));
-        return;
-      }
-    }
-    Backend::MoeBlock(h, in, experts_per_token, shared_down, experts, out, hook, residual);
-  }
   void AddSigmoidGated(Tensor& out, const Tensor& shared, const Tensor& gate_logit) override {
     cuda::AddSigmoidGated(H(out), H(shared), H(gate_logit), gate_logit.dim(-1), Rows(out), out.dim(-1), stream_);
   }
@@ -412,22 +367,14 @@ class CudaBackendImpl final : public CudaBackend {
   void HcResidual(Tensor& X, const Tensor& g, const Tensor& y) override {
     cuda::HcResidual(F(X), H(g), H(y), Rows(y), g.dim(-1), y.dim(-1), stream_);
   }
-  // One token: one kernel with a grid-wide barrier (hc_cuda.h, HcPreGrid), or two where the device,
-  // its sharing (DeviceTenants) or the shape does not take it (HcPreFused); more tokens, or shapes neither takes: the
+  // One token: two kernels (hc_cuda.h, HcPreFused); more tokens, or shapes it does not take: the
   // composition of five.
   void HcPre(const Tensor& X, const Tensor& norm, const Tensor& down_inject, const Tensor& up, Tensor& h, Tensor& g,
              int64_t streams, float eps) override {
     const int64_t S = streams, H_ = h.dim(-1), R = up.dim(1), rows = down_inject.dim(0);
     const bool inject = rows == R + S;
-    const bool one_token = Rows(X) == 1 && X.dtype == DType::kF32 && (rows == R || inject) && X.dim(-1) == S * H_;
-    if (one_token && grid_.hc && DeviceTenants::Alone(info_.ordinal) &&
-        cuda::HcPreGridFits(S, H_, R, norm.numel(), X.data, norm.data, down_inject.data, up.data)) {
-      Buffer partial = Alloc(DType::kF32, {rows, S}), rstd = Alloc(DType::kF32, {S});
-      cuda::HcPreGrid(F(X), H(norm), norm.numel(), H(down_inject), H(up), H(h), inject ? H(g) : nullptr,
-                      F(partial.t()), F(rstd.t()), S, H_, R, inject, eps, stream_);
-      return;
-    }
-    if (one_token && cuda::HcPreFusedFits(S, H_, R, norm.numel(), X.data, norm.data, down_inject.data, up.data)) {
+    if (Rows(X) == 1 && X.dtype == DType::kF32 && (rows == R || inject) && X.dim(-1) == S * H_ &&
+        cuda::HcPreFusedFits(S, H_, R, norm.numel(), X.data, norm.data, down_inject.data, up.data)) {
       Buffer di = Alloc(DType::kF16, {rows}), rstd = Alloc(DType::kF32, {S});
       cuda::HcPreFused(F(X), H(norm), norm.numel(), H(down_inject), H(up), H(h), inject ? H(g) : nullptr, H(di.t()),
                        F(rstd.t()), S, H_, R, inject, eps, stream_);
@@ -480,18 +427,9 @@ class CudaBackendImpl final : public CudaBackend {
   absl::Status Synchronize() override { return CudaStatus(cudaStreamSynchronize(stream_), "synchronize"); }
 
  private:
-  // A block's residual update as the grid kernels take it: X [1, S·H] F32, g [1, S] (HcResidual's).
-  static cuda::GridResidual GridResidualOf(const Residual& r, int64_t H_) {
-    if (r.X == nullptr) return {};
-    const int64_t S = r.g->dim(-1);
-    CHECK(r.X->dtype == DType::kF32 && Rows(*r.X) == 1 && r.X->dim(-1) == S * H_ && Rows(*r.g) == 1)
-        << "a residual update of one token's streams";
-    return {F(*r.X), H(*r.g), S};
-  }
-
-  // The experts' gate|up [E, 2I, H] and down [E, H, I] projections as the kernels take them.
-  std::pair<cuda::ExpertProjection, cuda::ExpertProjection> Projections(const ExpertWeights& e, int64_t H_) {
-    const int64_t I = e.intermediate;
+  void Experts(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& e, Tensor& out,
+               cuda::GatedShared shared) {
+    const int64_t T = Rows(h), k = idx.dim(-1), H_ = h.dim(-1), I = e.intermediate;
     cuda::ExpertProjection gu, dn;
     if (e.nvfp4) {
       const Nvfp4ExpertWeights& q = e.q;
@@ -507,13 +445,6 @@ class CudaBackendImpl final : public CudaBackend {
       dn.N = H_;
       dn.K = I;
     }
-    return {gu, dn};
-  }
-
-  void Experts(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& e, Tensor& out,
-               cuda::GatedShared shared) {
-    const int64_t T = Rows(h), k = idx.dim(-1), H_ = h.dim(-1), I = e.intermediate;
-    const auto [gu, dn] = Projections(e, H_);
     const int64_t E = e.nvfp4 ? e.q.gate_up_codes.t().dim(0) : e.dense.gate_up.t().dim(0);
     Buffer act = Alloc(DType::kF16, {T * k, I}), pair_out = Alloc(DType::kF32, {T * k, H_});
     const bool grouped = T > cuda::kPairwiseMaxTokens;
@@ -534,29 +465,13 @@ class CudaBackendImpl final : public CudaBackend {
 }  // namespace
 
 absl::StatusOr<GridKernels> ParseGridKernels(const std::string& spec) {
-  if (spec == "all") return GridKernels{};
-  GridKernels g{false, false, false, false};
-  if (spec == "none") return g;
-  for (absl::string_view name : absl::StrSplit(spec, ',')) {
-    bool* flag = name == "hc" ? &g.hc : name == "moe" ? &g.moe : name == "gdn" ? &g.gdn : name == "indexer" ? &g.indexer
-                                                                                                          : nullptr;
-    if (flag == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("cuda_grid_kernels: \"", name,
-                                                     "\" is none of hc, moe, gdn, indexer (all and none stand alone)"));
-    }
-    *flag = true;
-  }
-  return g;
+  if (spec == "all" || spec == "indexer") return GridKernels{};
+  if (spec == "none") return GridKernels{false};
+  return absl::InvalidArgumentError(
+      absl::StrCat("cuda_grid_kernels: \"", spec, "\" is none of all, none, indexer"));
 }
 
-std::string GridKernelsName(const GridKernels& g) {
-  std::vector<std::string> on;
-  if (g.hc) on.push_back("hc");
-  if (g.moe) on.push_back("moe");
-  if (g.gdn) on.push_back("gdn");
-  if (g.indexer) on.push_back("indexer");
-  return on.size() == 4 ? "all" : on.empty() ? "none" : absl::StrJoin(on, ",");
-}
+std::string GridKernelsName(const GridKernels& g) { return g.indexer ? "all" : "none"; }
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int ordinal, const GridKernels& grid) {
   int count = 0;

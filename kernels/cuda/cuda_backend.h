@@ -22,16 +22,16 @@ struct CudaDeviceInfo {
   int runtime_version = 0, driver_version = 0;
 };
 
-// The decode kernels with grid-wide barriers a backend may run (docs/cuda.md): the HC pre step,
-// the MoE block, the GDN mixer and the indexer's selection, where the device, its sharing and the
-// shapes allow. All by default; fewer to measure each against the kernels it replaces, or none to
-// keep cooperative launches off a system whose driver mishandles them.
+// The decode kernels with grid-wide barriers a backend may run (docs/cuda.md): the indexer's
+// selection of one query at long context, where the device and its sharing allow. On by default;
+// off to measure it against the kernels it replaces, or to keep cooperative launches off a system
+// whose driver mishandles them.
 struct GridKernels {
-  bool hc = true, moe = true, gdn = true, indexer = true;
+  bool indexer = true;
 };
-// "all", "none", or a comma list of hc, moe, gdn, indexer (the --cuda_grid_kernels flag).
+// "all" (or "indexer", its one member) or "none" (the --cuda_grid_kernels flag).
 absl::StatusOr<GridKernels> ParseGridKernels(const std::string& spec);
-std::string GridKernelsName(const GridKernels& g);  // "all", "none", or the comma list
+std::string GridKernelsName(const GridKernels& g);  // "all" or "none"
 
 class CudaBackend : public Backend {
  public:

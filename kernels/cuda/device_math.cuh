@@ -82,19 +82,6 @@ __device__ __forceinline__ void StoreHalves(__half* p, const float* v) {
   }
 }
 
-// 8 FP16 weights · 8 FP16 values (a 16-byte run of each), in FP32.
-__device__ __forceinline__ float Dot8Halves(const uint4& w, const uint4& x) {
-  const __half2* wh = reinterpret_cast<const __half2*>(&w);
-  const __half2* xh = reinterpret_cast<const __half2*>(&x);
-  float acc = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 wf = __half22float2(wh[i]), xf = __half22float2(xh[i]);
-    acc += wf.x * xf.x + wf.y * xf.y;
-  }
-  return acc;
-}
-
 __device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 __device__ __forceinline__ float Silu(float x) { return x * Sigmoid(x); }
 __device__ __forceinline__ float Softplus(float x) { return x > 20.0f ? x : log1pf(__expf(x)); }

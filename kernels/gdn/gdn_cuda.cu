@@ -1,7 +1,6 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/gdn/gdn_cuda.h"
-#include "kernels/gdn/gdn_rule.cuh"
 
 namespace q38::cuda {
 namespace {
@@ -48,7 +47,14 @@ __global__ void __launch_bounds__(kWarps * kWarp)
       ks[i] = __half2float(row[Hk * kDk + kh * kDk + i]);
     }
     __syncthreads();
-    gdn::QkInvNorms<kDk>(qs, ks, norms);
+    if (warp < 2) {
+      const float* v = warp == 0 ? qs : ks;
+      float ss = 0;
+      for (int i = lane; i < kDk; i += kWarp) ss += v[i] * v[i];
+      ss = WarpSum(ss);
+      if (lane == 0) norms[warp] = rsqrtf(ss + 1e-6f);
+    }
+    __syncthreads();
     const float qn = norms[0] * q_scale, kn = norms[1];
     const float decay = expf(g[t * Hv + j]), b = beta[t * Hv + j];
     float mem = 0;

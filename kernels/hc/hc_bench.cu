@@ -1,11 +1,11 @@
 // Lab bench of the hyper-connection pre step on one GPU (kernels/testing/bench_timing.h): at the
 // full-size decode shapes (one token; S = 4, H = 2560, R = 320; a layer's module with inject rows
 // and the final mixer's without) and the small model's, the composition of five kernels the model
-// ran before (RmsNorm, down/inject GEMV, gates, up GEMV, combine), the fused pair
-// (cuda::HcPreFused, its chosen configuration) and the one kernel with a grid-wide barrier
-// (cuda::HcPreGrid); µs per pre step inside a CUDA graph of a batch of steps (as the decode graph replays them) and
+// ran before (RmsNorm, down/inject GEMV, gates, up GEMV, combine), the previous fused pair
+// (hc_pre_v1_bench.cuh) and the fused pair of now (cuda::HcPreFused, its chosen configuration);
+// µs per pre step inside a CUDA graph of a batch of steps (as the decode graph replays them) and
 // eagerly, weights cold in the L2 (a batch rotates among copies spanning 256 MB), X one buffer.
-// Then each kernel of the pair alone beside the plain GEMV of its matrix (cuda::Linear), and every
+// Then each fused kernel alone beside the plain GEMV of its matrix (cuda::Linear), and every
 // configuration of HcPreFused. The residual update (one kernel, unchanged) is timed beside them.
 // Every fused output is checked against the composed one (NMSE of h, largest gap of g); the exit
 // status is 1 if any disagrees.
@@ -23,6 +23,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/hc/hc_cuda.h"
+#include "kernels/hc/hc_pre_v1_bench.cuh"
 #include "kernels/linear/linear_cuda.h"
 #include "kernels/norm/norm_cuda.h"
 #include "kernels/testing/bench_timing.h"
@@ -44,8 +45,8 @@ using bench::ToHost;
 struct Module {
   int64_t S, H, R, rows, W;
   int copies;
-  std::unique_ptr<DeviceArray<__half>> norm, down, up, xn, di, a, m, h, g, y, a2;
-  std::unique_ptr<DeviceArray<float>> X, rstd, partial;
+  std::unique_ptr<DeviceArray<__half>> norm, down, up, xn, di, a, m, h, g, y, di2, a2;
+  std::unique_ptr<DeviceArray<float>> X, rstd;
   Module(int64_t S_, int64_t H_, int64_t R_, bool inject, cudaStream_t s) : S(S_), H(H_), R(R_) {
     W = S * H;
     rows = R + (inject ? S : 0);
@@ -56,6 +57,7 @@ struct Module {
     up = std::make_unique<DeviceArray<__half>>(W * R * copies);
     xn = std::make_unique<DeviceArray<__half>>(W);
     di = std::make_unique<DeviceArray<__half>>(rows);
+    di2 = std::make_unique<DeviceArray<__half>>(rows);
     a2 = std::make_unique<DeviceArray<__half>>(rows);
     a = std::make_unique<DeviceArray<__half>>(R);
     m = std::make_unique<DeviceArray<__half>>(W);
@@ -64,7 +66,6 @@ struct Module {
     y = std::make_unique<DeviceArray<__half>>(H);
     X = std::make_unique<DeviceArray<float>>(W);
     rstd = std::make_unique<DeviceArray<float>>(S);
-    partial = std::make_unique<DeviceArray<float>>(rows * S);
     FillHalfKernel<<<64, 256, 0, s>>>(norm->p, W, 1, 0.4f);
     FillHalfKernel<<<1024, 256, 0, s>>>(down->p, rows * W * copies, 2, 2.0f / std::sqrt(static_cast<float>(W)) * 3.4f);
     FillHalfKernel<<<1024, 256, 0, s>>>(up->p, W * R * copies, 3, 2.0f / std::sqrt(static_cast<float>(R)) * 3.4f);
@@ -86,12 +87,18 @@ struct Module {
     cuda::Linear(a->p, Up(i), m->p, 1, R, W, s);
     cuda::HcCombine(m->p, xn->p, h->p, 1, S, H, s);
   }
-  // The one kernel.
-  void Grid(int i, cudaStream_t s) {
-    cuda::HcPreGrid(X->p, norm->p, W, Down(i), Up(i), h->p, inject() ? g->p : nullptr, partial->p, rstd->p, S, H, R,
-                    inject(), 1e-6f, s);
+  // The previous fused pair, whole and each kernel alone.
+  void Old(int i, cudaStream_t s) {
+    OldDown(i, s);
+    OldUp(i, s);
   }
-  // The fused pair, whole and each kernel alone.
+  void OldDown(int i, cudaStream_t s) {
+    cuda::hc_v1::HcPreDown(X->p, norm->p, W, Down(i), di2->p, rstd->p, S, H, R, inject(), 1e-6f, s);
+  }
+  void OldUp(int i, cudaStream_t s) {
+    cuda::hc_v1::HcPreUp(X->p, norm->p, W, Up(i), h->p, inject() ? g->p : nullptr, di2->p, rstd->p, S, H, R, inject(), s);
+  }
+  // The fused pair of now, whole and each kernel alone.
   void Fused(const cuda::HcPreConfig& c, int i, cudaStream_t s) {
     cuda::HcPreFused(c, X->p, norm->p, W, Down(i), Up(i), h->p, inject() ? g->p : nullptr, a2->p, rstd->p, S, H, R,
                      inject(), 1e-6f, s);
@@ -115,9 +122,9 @@ int Run(Bench& b) {
   const cudaStream_t s = b.stream();
   std::printf("\n## Hyper-connection pre step, one token\n\n"
               "µs per pre step in a CUDA graph of a batch of 97 steps (eager in brackets); weights cold in the L2. "
-              "pair: cuda::HcPreFused as chosen; grid: cuda::HcPreGrid, one kernel.\n\n");
-  std::printf("| module | weights MB | composed: 5 kernels µs | pair µs | grid µs | pair / grid | grid GB/s | "
-              "h NMSE grid vs composed | g max rel. gap |\n|---|---|---|---|---|---|---|---|---|\n");
+              "old: the fused pair before (hc_pre_v1_bench.cuh); new: cuda::HcPreFused as chosen.\n\n");
+  std::printf("| module | weights MB | composed: 5 kernels µs | old fused µs | new fused µs | old / new | new GB/s | "
+              "h NMSE new vs composed | g max rel. gap |\n|---|---|---|---|---|---|---|---|---|\n");
   struct Shape {
     const char* name;
     int64_t S, H, R;
@@ -158,14 +165,14 @@ int Run(Bench& b) {
       return r;
     };
     const cuda::HcPreConfig chosen = cuda::HcPreChoose(c.S, c.H, c.R);
-    check("pair", [&] { m.Fused(chosen, 0, s); });
-    const Gap gn = check("grid", [&] { m.Grid(0, s); });
+    check("old fused", [&] { m.Old(0, s); });
+    const Gap gn = check("new fused", [&] { m.Fused(chosen, 0, s); });
 
     const bench::Launch composed = [&](int i, cudaStream_t st) { m.Composed(i, st); };
-    const bench::Launch pair = [&](int i, cudaStream_t st) { m.Fused(chosen, i, st); };
-    const bench::Launch grid = [&](int i, cudaStream_t st) { m.Grid(i, st); };
-    const Timing tc = b.Graph(iters, composed), to = b.Graph(iters, pair), tf = b.Graph(iters, grid);
-    const Timing ec = b.Eager(iters, composed), eo = b.Eager(iters, pair), ef = b.Eager(iters, grid);
+    const bench::Launch old = [&](int i, cudaStream_t st) { m.Old(i, st); };
+    const bench::Launch fused = [&](int i, cudaStream_t st) { m.Fused(chosen, i, st); };
+    const Timing tc = b.Graph(iters, composed), to = b.Graph(iters, old), tf = b.Graph(iters, fused);
+    const Timing ec = b.Eager(iters, composed), eo = b.Eager(iters, old), ef = b.Eager(iters, fused);
     std::printf("| %s | %.1f | %.2f (%.2f) | %.2f (%.2f) | %.2f (%.2f) | %.2f× | %.0f | %.2g | %.2g |\n", c.name,
                 m.WeightBytes() / 1e6, tc.median_us, ec.median_us, to.median_us, eo.median_us, tf.median_us,
                 ef.median_us, to.median_us / tf.median_us, m.WeightBytes() / (tf.median_us * 1e3), gn.nmse, gn.g);
@@ -178,14 +185,17 @@ int Run(Bench& b) {
     }
     std::fflush(stdout);
 
-    // Each kernel of the pair alone (up reads what down left), and the plain GEMVs.
+    // Each kernel alone (the up kernels read what their down kernels left), and the plain GEMVs.
+    m.Old(0, s);
+    const Timing od = b.Graph(iters, [&](int i, cudaStream_t st) { m.OldDown(i, st); });
+    const Timing ou = b.Graph(iters, [&](int i, cudaStream_t st) { m.OldUp(i, st); });
     m.Fused(chosen, 0, s);
     const Timing nd = b.Graph(iters, [&](int i, cudaStream_t st) { m.FusedDown(chosen, i, st); });
     const Timing nu = b.Graph(iters, [&](int i, cudaStream_t st) { m.FusedUp(chosen, i, st); });
     const Timing gd = b.Graph(iters, [&](int i, cudaStream_t st) { cuda::Linear(m.xn->p, m.Down(i), m.di->p, 1, m.W, m.rows, st); });
     const Timing gu = b.Graph(iters, [&](int i, cudaStream_t st) { cuda::Linear(m.a->p, m.Up(i), m.m->p, 1, c.R, m.W, st); });
-    std::snprintf(line, sizeof line, "| %s | %.2f | %.2f | %.2f | %.2f |", c.name, nd.median_us, gd.median_us,
-                  nu.median_us, gu.median_us);
+    std::snprintf(line, sizeof line, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |", c.name, od.median_us,
+                  nd.median_us, gd.median_us, ou.median_us, nu.median_us, gu.median_us);
     kernel_rows.emplace_back(line);
 
     // Every configuration.
@@ -207,7 +217,7 @@ int Run(Bench& b) {
   }
   std::printf("\n### Each kernel alone\n\nµs per call in a CUDA graph of 97; the plain GEMV is cuda::Linear on the same "
               "matrix (down/inject [R + S, S·H], up [S·H, R]).\n\n"
-              "| module | pair down | GEMV down | pair up | GEMV up |\n|---|---|---|---|---|\n");
+              "| module | old down | new down | GEMV down | old up | new up | GEMV up |\n|---|---|---|---|---|---|---|\n");
   for (const std::string& r : kernel_rows) std::printf("%s\n", r.c_str());
   std::printf("\n### Every configuration of HcPreFused\n\nµs per call in a CUDA graph of 97.\n\n"
               "| module | down rows | up lanes | fused | down alone | up alone | h NMSE vs composed |\n"

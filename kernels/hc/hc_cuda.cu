@@ -56,6 +56,19 @@ constexpr int kMaxStreams = 8;
 // kMaxLaneRuns of them (K ≤ 12,288; the model's 10,240 is 5 a thread).
 constexpr int kMaxLaneRuns = 6;
 
+// 8 FP16 weights · 8 FP16 values, in FP32.
+__device__ __forceinline__ float Dot8(const uint4& w, const uint4& x) {
+  const __half2* wh = reinterpret_cast<const __half2*>(&w);
+  const __half2* xh = reinterpret_cast<const __half2*>(&x);
+  float acc = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 wf = __half22float2(wh[i]), xf = __half22float2(xh[i]);
+    acc += wf.x * xf.x + wf.y * xf.y;
+  }
+  return acc;
+}
+
 // kRows rows of down_inject W [N, K = S·H] a block against xn, the zero-centred RmsNorm of X by
 // streams, then the gates of those rows: a[n] = silu(di[n] / S) for n < R, g[n - R] =
 // 2·sigmoid(di[n] / S) above (di rounded to FP16 first, as the composition stores it).
@@ -141,7 +154,7 @@ __global__ void __launch_bounds__(kPreThreads)
   for (int r = 0; r < kRows; ++r) {
     float acc = 0;
 #pragma unroll
-    for (int u = 0; u < kL; ++u) acc += Dot8Halves(wv[r][u], xn[u]);  // runs past K are zeros on both sides
+    for (int u = 0; u < kL; ++u) acc += Dot8(wv[r][u], xn[u]);  // runs past K are zeros on both sides
     acc = WarpSum(acc);
     if (lane == 0) partial[r][warp] = acc;
   }
@@ -198,7 +211,7 @@ __global__ void __launch_bounds__(kPreThreads)
       av[u] = cc < runs ? __ldg(a4 + cc) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
-    for (int u = 0; u < kLoads; ++u) acc += Dot8Halves(wv[u], av[u]);
+    for (int u = 0; u < kLoads; ++u) acc += Dot8(wv[u], av[u]);
   }
 #pragma unroll
   for (int o = kLanes / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);

@@ -52,23 +52,4 @@ void HcPreFusedDown(const HcPreConfig& config, const float* X, const __half* nor
 void HcPreFusedUp(const HcPreConfig& config, const float* X, const __half* norm, int64_t norm_len, const __half* up,
                   const __half* a, const float* rstd, __half* h, int64_t S, int64_t H, int64_t R, cudaStream_t stream);
 
-// The same step as one kernel (hc_pre_grid_cuda.cu), launched cooperatively on every block the
-// device holds at once, which meet at one grid-wide barrier. Block b reduces stream s = b % S: it
-// normalizes that stream into shared memory (every block of a stream computes the same rstd, in
-// one fixed order) and dots its slice with the down/inject rows b / S, b / S + Q, … (Q = blocks / S),
-// a warp a row, into `partial` [N, S]. Before that it has issued the loads of its up rows
-// (columns b, b + blocks, …, every stream), which wait in registers through the barrier. Behind
-// it, every block sums the partials of a row in stream order into di (rounded to FP16) and a, block
-// 0 writes g, and each block finishes its columns of h as the pair's up kernel does. The whole
-// step's weights are in flight at once, and one launch replaces two. Rounds where the pair
-// rounds; sums in a fixed order that does not depend on the number of blocks.
-// Needs HcPreGridFits: S a power of two up to 8, H and R multiples of 8, a device that launches
-// cooperatively; X, norm and both weights 16-byte aligned.
-bool HcPreGridFits(int64_t S, int64_t H, int64_t R, int64_t norm_len, const void* X, const void* norm,
-                   const void* down_inject, const void* up);
-// partial: scratch of (R + S)·S floats with inject, R·S without; rstd: S floats.
-void HcPreGrid(const float* X, const __half* norm, int64_t norm_len, const __half* down_inject, const __half* up,
-               __half* h, __half* g, float* partial, float* rstd, int64_t S, int64_t H, int64_t R, bool inject,
-               float eps, cudaStream_t stream);
-
 }  // namespace q38::cuda

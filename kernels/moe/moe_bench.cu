@@ -12,8 +12,7 @@
 // SiLU·up, down into FP32 per pair): the shapes RoutedExperts launches (gate/up's lane groups,
 // down's chunked kernel), checked bitwise against it, and the other lane-group shapes (1, 2 or 4
 // rows a lane group, a lane's first runs loaded ahead or not), checked bitwise where they sum in
-// the launched order and within 1e-3 of it where they do not. Between the two, the whole MoE block
-// of one token: its composition of 7 kernels against the one kernel (MoeBlocks).
+// the launched order and within 1e-3 of it where they do not.
 // Usage: moe_bench
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -27,7 +26,6 @@
 
 #include "absl/strings/str_format.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/linear/linear_cuda.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_decode.cuh"
 #include "kernels/testing/bench_timing.h"
@@ -220,61 +218,6 @@ int DecodeKernels(Bench& b) {
   return failures;
 }
 
-// The whole MoE block of one token at TP1, 2 and 4: the CUDA backend's composition at T = 1 (the
-// stacked GEMV of the router and the shared expert, RouterTopK, SiluMul, the shared down GEMV,
-// RoutedExperts with the gated shared expert: 7 kernels) against cuda::MoeBlockGrid (one), in a
-// CUDA graph of 48 calls (a decode step's MoE blocks). The dense weights rotate among copies
-// spanning 256 MB, and each copy routes the token to other experts, so every weight comes from
-// DRAM. The two outputs of copy 0 must agree within 4× the NMSE of an FP16 rounding.
-int MoeBlocks(Bench& b) {
-  const cudaStream_t s = b.stream();
-  int failures = 0;
-  std::printf("\n## The whole MoE block, one token\n\nµs per call in a CUDA graph of 48 (eager in brackets), GB/s of "
-              "every weight read (router, shared expert, 10 routed experts).\n\n"
-              "| TP | composed: 7 kernels µs | grid: 1 kernel µs | composed / grid | grid GB/s | out NMSE grid vs composed |\n"
-              "|---|---|---|---|---|---|\n");
-  for (int tp : {1, 2, 4}) {
-    const int64_t I = kIntermediate / tp, Is = kIntermediate / tp, rows = kExperts + 2 * Is + 1;
-    const Projection gate_up(2 * I, kHidden, 30 + tp, s), down(kHidden, I, 40 + tp, s);
-    const int64_t dense = rows * kHidden + kHidden * Is;
-    const int copies = static_cast<int>(std::max<int64_t>(2, 256'000'000 / (2 * dense)));
-    DeviceArray<__half> h(kHidden), in(copies * rows * kHidden), shared_down(copies * kHidden * Is);
-    DeviceArray<__half> proj(rows), act(kTopK * I), act_s(Is), shared(kHidden), out(kHidden), want(kHidden), w(kTopK);
-    DeviceArray<int32_t> idx(kTopK);
-    DeviceArray<float> pair_out(kTopK * kHidden);
-    bench::FillHalfKernel<<<16, 256, 0, s>>>(h.p, kHidden, 51, 4.0f);
-    bench::FillHalfKernel<<<4096, 256, 0, s>>>(in.p, copies * rows * kHidden, 52, 4.0f / std::sqrt(float{kHidden}));
-    bench::FillHalfKernel<<<4096, 256, 0, s>>>(shared_down.p, copies * kHidden * Is, 53,
-                                               4.0f / std::sqrt(static_cast<float>(Is)));
-    Q38_CUDA_LAUNCHED();
-    const cuda::ExpertProjection gu = gate_up.View(I), dn = down.View(kHidden);
-    const auto In = [&](int i) { return in.p + (i % copies) * rows * kHidden; };
-    const auto SharedDown = [&](int i) { return shared_down.p + (i % copies) * kHidden * Is; };
-    const bench::Launch composed = [&](int i, cudaStream_t st) {
-      cuda::Linear(h.p, In(i), proj.p, 1, kHidden, rows, st);
-      cuda::RouterTopK(proj.p, idx.p, w.p, 1, kExperts, kTopK, st);
-      cuda::SiluMul(proj.p + kExperts, act_s.p, 1, Is, st);
-      cuda::Linear(act_s.p, SharedDown(i), shared.p, 1, Is, kHidden, st);
-      cuda::RoutedExperts(h.p, idx.p, w.p, gu, dn, out.p, {act.p, pair_out.p, nullptr}, 1, kTopK, kExperts, st,
-                          cuda::GatedShared{shared.p, proj.p + kExperts + 2 * Is, 1});
-    };
-    const bench::Launch grid = [&](int i, cudaStream_t st) {
-      cuda::MoeBlockGrid(h.p, In(i), SharedDown(i), gu, dn, out.p, {proj.p, act.p}, kHidden, kExperts, kTopK, Is, st);
-    };
-    const double nmse =
-        bench::NmseOfSecond([&] { composed(0, s); }, [&] { grid(0, s); }, out.p, want.p, kHidden, s);
-    const bool ok = nmse <= 4e-6;
-    failures += ok ? 0 : 1;
-    const double bytes = 2.0 * dense + kTopK * (gate_up.BytesPerExpert() + down.BytesPerExpert());
-    const Timing tc = b.Graph(48, composed), tg = b.Graph(48, grid), ec = b.Eager(48, composed), eg = b.Eager(48, grid);
-    std::printf("| %d | %.2f (%.2f) | %.2f (%.2f) | %.2f× | %.0f | %.2g%s |\n", tp, tc.median_us, ec.median_us,
-                tg.median_us, eg.median_us, tc.median_us / tg.median_us, bytes / (tg.median_us * 1e3), nmse,
-                ok ? "" : " MISMATCH");
-    std::fflush(stdout);
-  }
-  return failures;
-}
-
 int Run(Bench& b) {
   const cudaStream_t s = b.stream();
   int failures = 0;
@@ -351,7 +294,6 @@ int Run(Bench& b) {
               "| TP | RoutedExperts + AddSigmoidGated | shared added in the combine | fused = composed |\n"
               "|---|---|---|---|\n");
   for (const std::string& r : shared_rows) std::printf("%s\n", r.c_str());
-  failures += MoeBlocks(b);
   failures += DecodeKernels(b);
   return failures;
 }

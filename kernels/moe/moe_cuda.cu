@@ -5,24 +5,88 @@
 #include "kernels/cuda/wmma_pipeline.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_decode.cuh"
-#include "kernels/moe/moe_route.cuh"
 
 namespace q38::cuda {
 namespace {
 
-constexpr int kRouterTokensPerBlock = 4;
+constexpr int kRouterTokensPerBlock = 4, kRouterPerLane = 16;
 constexpr int kExpertTileRows = 64;  // pairs a grouped-GEMM tile takes of one expert
+constexpr int64_t kRouterMaxExperts = int64_t{kWarp} * kRouterPerLane;
 
-// One warp per token (moe_route.cuh, RouteToken).
+// (v, e) beats (ov, oe): the larger probability, ties to the lower expert id.
+__device__ __forceinline__ bool Beats(float v, int e, float ov, int oe) { return v > ov || (v == ov && e < oe); }
+
+// One warp per token, its E ≤ 512 probabilities in registers (lane l holds experts l, l + 32, …):
+// softmax over the experts in FP32, then k rounds of a warp argmax over each lane's best, ties to
+// the lower id; only the round's winner rescans its own values. Weights are renormalized over
+// the chosen. (The probabilities in shared memory, every lane rescanning its share each round,
+// took ~10 µs a call at E = 512, k = 10.)
 __global__ void __launch_bounds__(kRouterTokensPerBlock * kWarp)
     RouterKernel(const __half* __restrict__ logits, int32_t* __restrict__ idx, __half* __restrict__ w, int64_t T,
                  int64_t E, int64_t k) {
   extern __shared__ float chosen[];  // k per warp
-  const int warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouterTokensPerBlock + warp;
   if (t >= T) return;  // whole warps leave; nothing below waits on the block
-  moe_route::RouteToken(logits + t * E, static_cast<int>(E), static_cast<int>(k), chosen + warp * k, idx + t * k,
-                        w + t * k);
+  float p[kRouterPerLane];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int s = 0; s < kRouterPerLane; ++s) {
+    const int64_t e = lane + int64_t{kWarp} * s;
+    p[s] = e < E ? __half2float(logits[t * E + e]) : -INFINITY;
+    mx = fmaxf(mx, p[s]);
+  }
+  mx = WarpMax(mx);
+  float sum = 0;
+#pragma unroll
+  for (int s = 0; s < kRouterPerLane; ++s) sum += (p[s] = expf(p[s] - mx));  // exp(-inf) = 0 past E
+  sum = WarpSum(sum);
+#pragma unroll
+  for (int s = 0; s < kRouterPerLane; ++s) p[s] = lane + kWarp * s < E ? p[s] / sum : -1.0f;  // below every probability
+  // This lane's best: scanning ascending ids keeps the first of equals.
+  auto best = [&](float& v, int& e) {
+    v = -2.0f;
+    e = INT_MAX;
+#pragma unroll
+    for (int s = 0; s < kRouterPerLane; ++s) {
+      if (p[s] > v) {
+        v = p[s];
+        e = lane + kWarp * s;
+      }
+    }
+  };
+  float v;
+  int i;
+  best(v, i);
+  float* mine = chosen + warp * k;
+  float top = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    float bv = v;
+    int bi = i;
+    for (int o = kWarp / 2; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (Beats(ov, oi, bv, bi)) {
+        bv = ov;
+        bi = oi;
+      }
+    }
+    // Every lane now holds the same (bv, bi).
+    top += bv;
+    if (lane == 0) {
+      idx[t * k + j] = bi;
+      mine[j] = bv;
+    }
+    if (bi % kWarp == lane) {
+#pragma unroll
+      for (int s = 0; s < kRouterPerLane; ++s) {
+        if (lane + kWarp * s == bi) p[s] = -1.0f;  // taken, like the padding
+      }
+      best(v, i);
+    }
+  }
+  __syncwarp();
+  for (int64_t j = lane; j < k; j += kWarp) w[t * k + j] = __float2half(mine[j] / top);
 }
 
 // out[t, n] = Σ_j w[t, j] · pair_out[t·k + j, n], in a fixed order; then the gated shared expert
@@ -256,7 +320,7 @@ __global__ void AddSigmoidGatedKernel(__half* out, const __half* __restrict__ sh
 }  // namespace
 
 void RouterTopK(const __half* logits, int32_t* idx, __half* w, int64_t T, int64_t E, int64_t k, cudaStream_t stream) {
-  CHECK_LE(E, moe_route::kMaxExperts) << "experts for the router kernel";
+  CHECK_LE(E, kRouterMaxExperts) << "experts for the router kernel";
   CHECK_LE(k, E) << "experts per token";
   const size_t shared = kRouterTokensPerBlock * k * sizeof(float);
   RouterKernel<<<CeilDiv(T, kRouterTokensPerBlock), kRouterTokensPerBlock * kWarp, shared, stream>>>(logits, idx, w,

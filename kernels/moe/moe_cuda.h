@@ -52,33 +52,6 @@ void RoutedExperts(const __half* h, const int32_t* idx, const __half* w, const E
                    const ExpertProjection& down, __half* out, ExpertScratch scratch, int64_t T, int64_t k, int64_t E,
                    cudaStream_t stream, GatedShared shared = {});
 
-// The whole MoE block of one token (Backend::MoeBlock at T = 1) as one kernel, launched
-// cooperatively on every block the device holds at once (moe_grid_cuda.cu): `in` [E + 2·Is + 1, H]
-// stacks the router, the shared expert's gate|up and its gate logit; shared_down is [H, Is]; the
-// routed experts are NVFP4 (gate_up [E, 2I, H], down [E, H, I]). out [H] = the top-k experts'
-// weighted sum plus sigmoid(gate)·the shared expert, as the composition of RouterTopK, SiluMul,
-// Linear and RoutedExperts gives it up to the order of sums. The router's code is shared, so the
-// same logits choose the same experts; the logits themselves may differ from Linear's in the last
-// bit, which can change a choice between experts whose probabilities tie at that bit. Scratch: proj [E + 2·Is + 1] F16 (the stacked projection) and act [k, I] F16,
-// 16-byte aligned. Needs MoeBlockGridFits: H and I multiples of 32 up to 5,120, E ≤ 512, k ≤ 16,
-// Is a multiple of 8, aligned operands and a device that launches cooperatively.
-struct MoeBlockScratch {
-  __half* proj;
-  __half* act;
-};
-// The residual update a grid kernel makes as it writes its output y [H]: X [S, H] += g[s]·y, as
-// HcResidual computes it; X null: none.
-struct GridResidual {
-  float* X = nullptr;
-  const __half* g = nullptr;
-  int64_t S = 0;
-};
-bool MoeBlockGridFits(const __half* h, const __half* in, const __half* shared_down, const ExpertProjection& gate_up,
-                      const ExpertProjection& down, int64_t H, int64_t E, int64_t k, int64_t Is);
-void MoeBlockGrid(const __half* h, const __half* in, const __half* shared_down, const ExpertProjection& gate_up,
-                  const ExpertProjection& down, __half* out, MoeBlockScratch scratch, int64_t H, int64_t E, int64_t k,
-                  int64_t Is, cudaStream_t stream, GridResidual residual = {});
-
 void SiluMul(const __half* gu, __half* y, int64_t T, int64_t I, cudaStream_t stream);
 void AddSigmoidGated(__half* out, const __half* shared, const __half* gate_logit, int64_t gate_stride, int64_t T,
                      int64_t H, cudaStream_t stream);

@@ -1,8 +1,7 @@
 // MoE on the GPU against the reference: router top-k (indices exact, ties to the lower id), the
 // routed experts with NVFP4 weights dequantized in the kernel and with dense weights, at the
 // model's H and I with fewer experts, and at small awkward sizes, alone and with the gated shared
-// expert added in the same kernel (ExpertsAndShared); the whole block of one token in one kernel
-// (MoeBlock); the shared expert's helpers.
+// expert added in the same kernel (ExpertsAndShared); the shared expert's helpers.
 #include <random>
 
 #include "kernels/testing/backend_pair.h"
@@ -12,7 +11,6 @@ namespace {
 
 using cpu::op_test::Normal;
 using cuda_test::BackendPair;
-using cuda_test::RoundFp16;
 
 TEST(MoeCuda, RouterPicksTheSameExperts) {
   Q38_REQUIRE_GPU();
@@ -134,135 +132,6 @@ TEST(MoeCuda, DenseExperts) {
   BackendPair b;
   ExpectSameExperts(b, 2, 6, 4, 2560, 320, false);
   ExpectSameExperts(b, 5, 4, 2, 64, 32, false);
-}
-
-// The whole MoE block of one token (Backend::MoeBlock: one kernel on the GPU, MoeBlockGrid)
-// against the CPU's composition, at the model's H with fewer experts (TP1 and TP4 slices of I and
-// Is), E = 512 with a small H, k = 16, the tiny model's shape, and one that takes every second
-// pass of the kernel (more stacked rows than the grid has warps, H past a warp's loads of a row,
-// more shared-down rows than a block takes at once, Is past a lane group's loads, 32 lanes a
-// gate/up row). The router rows make logit e the value c_e, spaced 0.05 apart in a scrambled
-// order, so that FP16 rounding cannot reorder the experts; the experts' globals grow as H and I
-// shrink, so that the routed experts weigh in the output at every shape; each shape runs twice,
-// the second time with the shared expert gated off (sigmoid(−12)), the output the routed experts'
-// alone. On the GPU it is also one kernel in a recorded graph, within FP16 rounding of the GPU's
-// own composition, the same on a second run and from the graph replayed after h changes and
-// changes back; with a routing hook (which the fused kernel cannot call) the composition,
-// honouring what the hook rewrites; and with the residual update made as out is written.
-TEST(MoeCuda, MoeBlockOfOneToken) {
-  Q38_REQUIRE_GPU();
-  BackendPair b;
-  for (auto [H, E, k, I, Is, routed_only] :
-       {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool>{2560, 64, 10, 640, 640, false},
-        {2560, 64, 10, 640, 640, true}, {2560, 48, 10, 160, 160, false}, {256, 512, 10, 32, 32, false},
-        {256, 512, 10, 32, 32, true}, {128, 40, 16, 96, 48, false}, {128, 40, 16, 96, 48, true},
-        {64, 32, 4, 64, 64, false}, {5120, 64, 2, 64, 2048, false}, {5120, 64, 2, 64, 2048, true}}) {
-    const std::string at = "H " + std::to_string(H) + " E " + std::to_string(E) + " k " + std::to_string(k) + " I " +
-                           std::to_string(I) + " Is " + std::to_string(Is) + (routed_only ? " routed only" : "");
-    const std::vector<float> h_values = RoundFp16(Normal(H, 41)), h_other = RoundFp16(Normal(H, 42));
-    double hh = 0;
-    for (float v : h_values) hh += static_cast<double>(v) * v;
-    const int64_t rows = E + 2 * Is + 1;
-    std::vector<float> in = Normal(rows * H, 43);
-    for (int64_t e = 0; e < E; ++e) {
-      const float c = 0.05f * static_cast<float>((e * 37 + 11) % E) - 0.025f * static_cast<float>(E);
-      for (int64_t j = 0; j < H; ++j) in[e * H + j] = static_cast<float>(c * h_values[j] / hh);
-    }
-    for (int64_t r = E; r < rows; ++r) {
-      for (int64_t j = 0; j < H; ++j) {
-        in[r * H + j] = r == rows - 1 && routed_only ? static_cast<float>(-12.0f * h_values[j] / hh)
-                                                     : in[r * H + j] / std::sqrt(static_cast<float>(H));
-      }
-    }
-    std::vector<float> down = Normal(H * Is, 44);
-    for (float& v : down) v /= std::sqrt(static_cast<float>(Is));
-    auto h = b.Act(h_values, {1, H});
-    auto w_in = b.Act(in, {rows, H});
-    auto shared_down = b.Act(down, {H, Is});
-    RandomNvfp4 gu(E, 2 * I, H, 45), dn(E, H, I, 46);
-    for (float& g : gu.ga) g *= std::sqrt(2560.0f / static_cast<float>(H));
-    for (float& g : gu.gb) g *= std::sqrt(2560.0f / static_cast<float>(H));
-    for (float& g : dn.ga) g *= std::sqrt(640.0f / static_cast<float>(I));
-    auto gu_c = b.Raw(gu.codes.data(), DType::kU8, {E, 2 * I, H / 2});
-    auto gu_s = b.Raw(gu.scales.data(), DType::kU8, {E, 2 * I, H / 16});
-    auto dn_c = b.Raw(dn.codes.data(), DType::kU8, {E, H, I / 2});
-    auto dn_s = b.Raw(dn.scales.data(), DType::kU8, {E, H, I / 16});
-    auto g_gate = b.F32(gu.ga, {E});
-    auto g_up = b.F32(gu.gb, {E});
-    auto g_down = b.F32(dn.ga, {E});
-    ExpertWeights cpu_e, gpu_e;
-    cpu_e.intermediate = gpu_e.intermediate = I;
-    cpu_e.q = {gu_c.cpu, gu_s.cpu, dn_c.cpu, dn_s.cpu, g_gate.cpu, g_up.cpu, g_down.cpu};
-    gpu_e.q = {gu_c.gpu, gu_s.gpu, dn_c.gpu, dn_s.gpu, g_gate.gpu, g_up.gpu, g_down.gpu};
-
-    auto out = b.Out({1, H});
-    b.cpu().MoeBlock(h.cpu.t(), w_in.cpu.t(), k, shared_down.cpu.t(), cpu_e, out.cpu.t(), nullptr, {});
-    b.gpu().MoeBlock(h.gpu.t(), w_in.gpu.t(), k, shared_down.gpu.t(), gpu_e, out.gpu.t(), nullptr, {});
-    EXPECT_TRUE(b.Matches(out, 8)) << "against the CPU, " << at;
-    const std::vector<float> first = b.GpuFloats(out);
-
-    auto composed = b.Out({1, H});
-    b.gpu().Backend::MoeBlock(h.gpu.t(), w_in.gpu.t(), k, shared_down.gpu.t(), gpu_e, composed.gpu.t(), nullptr, {});
-    const std::vector<float> c = b.GpuFloats(composed);
-    double err = 0, ref = 0;
-    for (int64_t i = 0; i < H; ++i) {
-      err += (static_cast<double>(first[i]) - c[i]) * (static_cast<double>(first[i]) - c[i]);
-      ref += static_cast<double>(c[i]) * c[i];
-    }
-    EXPECT_LE(err / ref, 4 * cuda_test::kFp16Nmse) << "against the GPU composition, " << at;
-
-    b.gpu().Fill(out.gpu.t(), NAN);
-    b.gpu().MoeBlock(h.gpu.t(), w_in.gpu.t(), k, shared_down.gpu.t(), gpu_e, out.gpu.t(), nullptr, {});
-    EXPECT_EQ(b.GpuFloats(out), first) << "again, " << at;
-    auto graph = b.gpu().Capture([&]() -> absl::Status {
-      b.gpu().MoeBlock(h.gpu.t(), w_in.gpu.t(), k, shared_down.gpu.t(), gpu_e, out.gpu.t(), nullptr, {});
-      return absl::OkStatus();
-    });
-    ASSERT_TRUE(graph.ok()) << at << ": " << graph.status();
-    EXPECT_EQ(b.gpu().captured_kernels(), 1) << "the block as one kernel, " << at;
-    std::vector<uint16_t> bits(H);
-    for (int64_t i = 0; i < H; ++i) bits[i] = FloatToFp16(h_other[i]);
-    b.gpu().CopyFromHost(bits.data(), h.gpu.t());
-    ASSERT_TRUE((*graph)->Replay().ok()) << at;
-    EXPECT_NE(b.GpuFloats(out), first) << "the replay follows h, " << at;
-    for (int64_t i = 0; i < H; ++i) bits[i] = FloatToFp16(h_values[i]);
-    b.gpu().CopyFromHost(bits.data(), h.gpu.t());
-    b.gpu().Fill(out.gpu.t(), NAN);
-    ASSERT_TRUE((*graph)->Replay().ok()) << at;
-    EXPECT_EQ(b.GpuFloats(out), first) << "replayed, " << at;
-
-    // A hook that sends every choice to the last expert with equal weights.
-    const auto last = [&](Backend& owner) -> Backend::RoutingHook {
-      return [&owner, E, k](const Tensor&, Tensor& idx, Tensor& w) {
-        const std::vector<int32_t> ids(k, static_cast<int32_t>(E - 1));
-        owner.CopyFromHost(ids.data(), idx);
-        const float weight = 1.0f / static_cast<float>(k);
-        if (w.dtype == DType::kF16) {
-          const std::vector<uint16_t> half(k, FloatToFp16(weight));
-          owner.CopyFromHost(half.data(), w);
-        } else {
-          const std::vector<float> full(k, weight);
-          owner.CopyFromHost(full.data(), w);
-        }
-      };
-    };
-    auto hooked = b.Out({1, H});
-    b.cpu().MoeBlock(h.cpu.t(), w_in.cpu.t(), k, shared_down.cpu.t(), cpu_e, hooked.cpu.t(), last(b.cpu()), {});
-    b.gpu().MoeBlock(h.gpu.t(), w_in.gpu.t(), k, shared_down.gpu.t(), gpu_e, hooked.gpu.t(), last(b.gpu()), {});
-    EXPECT_TRUE(b.Matches(hooked, 8)) << "with a hook, " << at;
-    EXPECT_NE(b.GpuFloats(hooked), first) << "the hook's choices, " << at;
-
-    // With the residual update the block makes as it writes out (one rank): X [1, 4·H] += g·out.
-    auto X = b.F32(Normal(4 * H, 47), {1, 4 * H});
-    auto gains = b.Act(Normal(4, 48), {1, 4});
-    auto updated = b.Out({1, H});
-    b.cpu().MoeBlock(h.cpu.t(), w_in.cpu.t(), k, shared_down.cpu.t(), cpu_e, updated.cpu.t(), nullptr,
-                     {&X.cpu.t(), &gains.cpu.t()});
-    b.gpu().MoeBlock(h.gpu.t(), w_in.gpu.t(), k, shared_down.gpu.t(), gpu_e, updated.gpu.t(), nullptr,
-                     {&X.gpu.t(), &gains.gpu.t()});
-    EXPECT_EQ(b.GpuFloats(updated), first) << "out with the residual update, " << at;
-    EXPECT_TRUE(b.Matches(X, 0.01)) << "the residual update, in FP32, " << at;
-  }
 }
 
 TEST(MoeCuda, SiluMulAndSharedGate) {

@@ -327,11 +327,10 @@ inline int ChunkLanes(int64_t K) {
 // Piece v (8 halves) of chunk j of x, in the rotated shared layout.
 __device__ __forceinline__ int XPiece(int j, int v) { return 4 * j + ((v + (j >> 1)) & 3); }
 
-// x [K] (K a multiple of 32) into shared memory, by the whole block; read through L2, so that x
-// may have been written earlier in the same kernel (moe_grid_cuda.cu).
+// x [K] (K a multiple of 32) into shared memory, by the whole block.
 __device__ __forceinline__ void StageX(const __half* x, int K, uint4* xs) {
   for (int p = threadIdx.x; p < K / 8; p += blockDim.x) {
-    xs[XPiece(p / 4, p % 4)] = __ldcg(reinterpret_cast<const uint4*>(x) + p);
+    xs[XPiece(p / 4, p % 4)] = __ldg(reinterpret_cast<const uint4*>(x) + p);
   }
 }
 

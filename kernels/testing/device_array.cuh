@@ -5,11 +5,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
@@ -50,28 +47,6 @@ inline std::vector<float> ToHost(const __half* d, size_t n) {
   std::vector<float> f(n);
   for (size_t i = 0; i < n; ++i) f[i] = __half2float(h[i]);
   return f;
-}
-
-// Σ(got − want)² / Σ want², infinite where got holds a NaN or an infinity (an unwritten output).
-inline double Nmse(const std::vector<float>& got, const std::vector<float>& want) {
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    err += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-    norm += static_cast<double>(want[i]) * want[i];
-  }
-  return std::isfinite(err) ? err / std::max(norm, 1e-30) : INFINITY;
-}
-
-// Runs `first`, keeps its output out [n] in want, poisons out, runs `second`, and returns the NMSE
-// of second's output against first's.
-inline double NmseOfSecond(const std::function<void()>& first, const std::function<void()>& second, __half* out,
-                           __half* want, int64_t n, cudaStream_t s) {
-  first();
-  Q38_CUDA_CHECK(cudaMemcpyAsync(want, out, n * sizeof(__half), cudaMemcpyDeviceToDevice, s));
-  Q38_CUDA_CHECK(cudaMemsetAsync(out, 0xff, n * sizeof(__half), s));
-  second();
-  Q38_CUDA_CHECK(cudaStreamSynchronize(s));
-  return Nmse(ToHost(out, n), ToHost(want, n));
 }
 
 }  // namespace q38::bench

@@ -14,7 +14,7 @@ ABSL_FLAG(std::string, cpu_math, "fast", "CPU ranks' arithmetic: fast (FP32 SIMD
 ABSL_FLAG(int32_t, cpu_threads, 0, "threads of each fast CPU rank (0: this host's cores shared out over the ranks)");
 ABSL_FLAG(bool, decode_graph, true, "replay each decode step as a recorded graph (CUDA graphs on GPUs)");
 ABSL_FLAG(std::string, cuda_grid_kernels, "all",
-          "CUDA ranks' decode kernels with grid-wide barriers: all, none, or a comma list of hc, moe, gdn, indexer");
+          "CUDA ranks' decode kernels with grid-wide barriers: all (the indexer's selection at long context) or none");
 ABSL_FLAG(bool, processes, false,
           "ranks 1.. in processes of their own, as the server's workers (CUDA ranks sharing a GPU need it; with "
           "--device cuda one TP size a run)");

@@ -70,22 +70,51 @@ absl::Status Model::AllReduce(Buffer& partial) {
 }
 
 void Model::HyperConnection(const HcWeights& w, const Tensor& X, Buffer& h, Buffer* g) {
-  // One op (Backend::HcPre): the CUDA backend runs a one-token module as one kernel (docs/cuda.md).
+  // One op (Backend::HcPre): the CUDA backend runs a one-token module as two kernels.
   Tensor none;
   backend_.HcPre(X, w.norm.t(), w.down_inject.t(), w.up.t(), h.t(), g != nullptr ? g->t() : none, config_.hc_count,
                  eps_);
 }
 
 std::vector<Buffer> Model::Project(const Tensor& h, const StackedProjection& w) {
-  return backend_.LinearStacked(h, w.weight.t(), w.rows);
+  const int64_t T = h.dim(0);
+  std::vector<Buffer> parts;
+  int64_t at = 0;
+  if (T == 1) {
+    const int64_t N = w.weight.t().dim(0);
+    Buffer all = Act({1, N});
+    backend_.Linear(h, w.weight.t(), all.t());
+    for (int64_t n : w.rows) {
+      parts.push_back(all.View(all.t().Reshaped({N}).Rows(at, n).Reshaped({1, n})));
+      at += n;
+    }
+    return parts;
+  }
+  for (int64_t n : w.rows) {
+    parts.push_back(Act({T, n}));
+    backend_.Linear(h, w.weight.t().Rows(at, n), parts.back().t());
+    at += n;
+  }
+  return parts;
 }
 
-Buffer Model::GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState::Gdn& s,
-                            const Backend::Residual& residual) {
-  Buffer out = Act({h.dim(0), config_.hidden_size});
-  backend_.GdnBlock(h, {w.in.weight.t(), w.conv.t(), w.a_log.t(), w.dt_bias.t(), w.norm.t(), w.out.t(), w.key_heads,
-                        config_.gdn_key_dim, config_.gdn_output_gate_sigmoid, eps_},
-                    s.conv.t(), s.recurrent.t(), out.t(), residual);
+Buffer Model::GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState::Gdn& s) {
+  const int64_t T = h.dim(0);
+  std::vector<Buffer> in = Project(h, w.in);
+  const Buffer &qkv = in[0], &z = in[1], &b = in[2], &a = in[3];
+  const int64_t C = qkv.t().dim(1), Dv = z.t().dim(1), Hv = a.t().dim(1);
+  Buffer xc = Act({T, C});
+  backend_.CausalConv(qkv.t(), w.conv.t(), s.conv.t(), xc.t(), /*dilation=*/1);
+  // The gates stay FP32 on every backend: the decay exp(g) compounds over the whole sequence.
+  Buffer beta = backend_.Alloc(DType::kF32, {T, Hv}), g = backend_.Alloc(DType::kF32, {T, Hv});
+  backend_.GdnGates(b.t(), a.t(), w.a_log.t(), w.dt_bias.t(), beta.t(), g.t());
+  Buffer o = Act({T, Dv});
+  backend_.GdnDeltaRule(xc.t(), beta.t(), g.t(), s.recurrent.t(), o.t(), w.key_heads, config_.gdn_key_dim,
+                        /*chunked=*/T > 1);
+  Buffer y = Act({T, Dv});
+  backend_.GatedRmsNorm(o.t(), z.t(), w.norm.t(), y.t(), config_.gdn_output_gate_sigmoid, eps_);
+  Buffer out = Act({T, config_.hidden_size});
+  backend_.Linear(y.t(), w.out.t(), out.t());
   return out;
 }
 
@@ -128,30 +157,33 @@ Buffer Model::Attention(const AttentionWeights& w, const Tensor& h, const Tensor
   return out;
 }
 
-Buffer Model::Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t position,
-                  const Backend::Residual& residual) {
+Buffer Model::Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t position) {
   const ModelConfig& c = config_;
-  const int64_t T = h.dim(0), k = c.experts_per_token, E = c.num_experts;
-  Backend::RoutingHook hook;
+  const int64_t T = h.dim(0), k = c.experts_per_token, E = c.num_experts, Isl = w.shared_down.t().dim(1);
+  std::vector<Buffer> in = Project(h, w.in);
+  const Buffer &logits = in[0], &gu = in[1], &sg = in[2];
+  Buffer idx = backend_.Alloc(DType::kI32, {T, k}), weights = Act({T, k});
+  backend_.RouterTopK(logits.t(), idx.t(), weights.t());
   if (options_.routing) {
-    hook = [&](const Tensor& logits, Tensor& idx, Tensor& weights) {
-      Routing r{comm_.rank(), layer, position, T, E, k, std::vector<float>(T * E), std::vector<int32_t>(T * k),
-                std::vector<float>(T * k)};
-      backend_.CopyToHost(logits, r.logits.data());
-      backend_.CopyToHost(idx, r.chosen.data());
-      backend_.CopyToHost(weights, r.weights.data());
-      const std::vector<int32_t> chosen = r.chosen;
-      const std::vector<float> given = r.weights;
-      options_.routing(r);
-      // Written back only where changed, so that a hook that only looks leaves the run as it was.
-      if (r.chosen != chosen || r.weights != given) {
-        backend_.CopyFromHost(r.chosen.data(), idx);
-        CopyFloatsFromHost(r.weights, weights);
-      }
-    };
+    Routing r{comm_.rank(), layer, position, T, E, k, std::vector<float>(T * E), std::vector<int32_t>(T * k),
+              std::vector<float>(T * k)};
+    backend_.CopyToHost(logits.t(), r.logits.data());
+    backend_.CopyToHost(idx.t(), r.chosen.data());
+    backend_.CopyToHost(weights.t(), r.weights.data());
+    const std::vector<int32_t> chosen = r.chosen;
+    const std::vector<float> given = r.weights;
+    options_.routing(r);
+    // Written back only where changed, so that a hook that only looks leaves the run as it was.
+    if (r.chosen != chosen || r.weights != given) {
+      backend_.CopyFromHost(r.chosen.data(), idx.t());
+      CopyFloatsFromHost(r.weights, weights.t());
+    }
   }
+  Buffer act = Act({T, Isl}), shared = Act({T, c.hidden_size});
+  backend_.SiluMul(gu.t(), act.t());
+  backend_.Linear(act.t(), w.shared_down.t(), shared.t());
   Buffer out = Act({T, c.hidden_size});
-  backend_.MoeBlock(h, w.in.weight.t(), k, w.shared_down.t(), w.experts, out.t(), hook, residual);
+  backend_.ExpertsAndShared(h, idx.t(), weights.t(), w.experts, shared.t(), sg.t(), out.t());
   return out;
 }
 
@@ -215,30 +247,20 @@ absl::StatusOr<Buffer> Model::Step(int64_t T, const StepInputs& in, SequenceStat
   Buffer X = backend_.Alloc(DType::kF32, {T, S * H});
   backend_.EmbedStreams(weights_.embed.t(), in.ids.t(), X.t(), S);
   Buffer h = Act({T, H}), g = Act({T, S});
-  // With one rank nothing comes between a block and its residual update, so the fused blocks
-  // (GDN, MoE) make it themselves; with more, the all-reduce of each rank's part comes first.
-  const Backend::Residual fused = comm_.size() == 1 ? Backend::Residual{&X.t(), &g.t()} : Backend::Residual{};
-  const auto finish = [&](Buffer& y, bool updated) -> absl::Status {
-    if (!updated) {
-      RETURN_IF_ERROR(AllReduce(y));
-      backend_.HcResidual(X.t(), g.t(), y.t());
-    }
-    return between_blocks ? between_blocks() : absl::OkStatus();
-  };
   for (int i = 0; i < c.num_layers; ++i) {
     const LayerWeights& l = weights_.layers[i];
     if (l.ple) Ple(*l.ple, X.t(), in.ple_rows[i].t(), state);
     HyperConnection(l.attn_hc, X.t(), h, &g);
-    if (c.is_attention(i)) {
-      Buffer y = Attention(l.attn, h.t(), in.positions.t(), state.attention[i], i, state.length);
-      RETURN_IF_ERROR(finish(y, false));
-    } else {
-      Buffer y = GatedDeltaNet(l.gdn, h.t(), state.gdn[i], fused);
-      RETURN_IF_ERROR(finish(y, fused.X != nullptr));
-    }
+    Buffer y = c.is_attention(i) ? Attention(l.attn, h.t(), in.positions.t(), state.attention[i], i, state.length)
+                                 : GatedDeltaNet(l.gdn, h.t(), state.gdn[i]);
+    RETURN_IF_ERROR(AllReduce(y));
+    backend_.HcResidual(X.t(), g.t(), y.t());
+    if (between_blocks) RETURN_IF_ERROR(between_blocks());
     HyperConnection(l.mlp_hc, X.t(), h, &g);
-    Buffer m = Moe(l.moe, h.t(), i, state.length, fused);
-    RETURN_IF_ERROR(finish(m, fused.X != nullptr));
+    Buffer m = Moe(l.moe, h.t(), i, state.length);
+    RETURN_IF_ERROR(AllReduce(m));
+    backend_.HcResidual(X.t(), g.t(), m.t());
+    if (between_blocks) RETURN_IF_ERROR(between_blocks());
   }
   Tensor last = X.t().Rows(T - keep, keep);
   Buffer hf = Act({keep, H});

@@ -138,14 +138,15 @@ class Model {
   // Runs a hyper-connection module's pre step (Backend::HcPre): h [T, H] and, with inject, gains
   // g [T, S].
   void HyperConnection(const HcWeights& w, const Tensor& X, Buffer& h, Buffer* g);
-  // Every part of a stacked projection of h, each [T, rows] (Backend::LinearStacked).
+  // Every part of a stacked projection of h, each [T, rows]. A one-token step runs one GEMV over
+  // the stack and takes each part as a view of its output; more tokens run one product per part,
+  // since a part of a T-row output would not be contiguous.
   std::vector<Buffer> Project(const Tensor& h, const StackedProjection& w);
-  // The residual update, where given, is made by the block (Backend::Residual).
-  Buffer GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState::Gdn& s, const Backend::Residual& residual);
+  Buffer GatedDeltaNet(const GdnWeights& w, const Tensor& h, SequenceState::Gdn& s);
   // layer and position (the step's first token's) name the decisions ModelOptions' hooks see.
   Buffer Attention(const AttentionWeights& w, const Tensor& h, const Tensor& positions, SequenceState::Attention& s,
                    int layer, int64_t position);
-  Buffer Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t position, const Backend::Residual& residual);
+  Buffer Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t position);
   void Ple(const PleWeights& w, Tensor& X, const Tensor& rows, SequenceState& s);
   absl::Status AllReduce(Buffer& partial);
   // F32 or F16 tensor t from host floats (CopyFromHost copies bytes as they are).
