@@ -134,8 +134,7 @@ TEST_P(LinearGemmTile, MatchesReference) {
 
 std::vector<TileCase> TileCases() {
   std::vector<TileCase> cases;
-  for (const cuda::GemmTile tile : {cuda::GemmTile::k128x128w8, cuda::GemmTile::k128x128w4, cuda::GemmTile::k128x64w4,
-                                    cuda::GemmTile::k64x64w4})
+  for (const cuda::GemmTile tile : cuda::kGemmTiles)
     for (const Shape s : {Shape{9, 40, 7}, Shape{300, 1000, 259}, Shape{129, 2560, 130}, Shape{70, 36, 33},
                           Shape{257, 100, 77}})
       cases.push_back({tile, s});

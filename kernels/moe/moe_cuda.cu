@@ -209,7 +209,7 @@ template <typename Rows, bool kSwiGlu>
 __global__ void __launch_bounds__(ExpertTile::kThreads, 2)
     GroupedExpertKernel(const __half* __restrict__ x, int64_t a_div, const int32_t* __restrict__ groups, int64_t E,
                         Rows rows, __half* __restrict__ act, float* __restrict__ pair_out) {
-  __shared__ PipelineShared<ExpertTile> s;
+  PipelineShared<ExpertTile> s{DynamicShared()};
   __shared__ int32_t pair_of[kExpertTileRows];
   const int32_t *start = groups, *tile_start = groups + E + 1, *order = groups + 2 * (E + 1);
   const int32_t tile = blockIdx.y;
@@ -284,11 +284,15 @@ void RunExperts(const __half* h, const int32_t* idx, const __half* w, const Rows
     CHECK_LE(tiles, 65535) << "too many expert tiles for one grid";
     GroupPairsKernel<<<1, 1024, 2 * E * sizeof(int32_t), stream>>>(idx, pairs, E, s.groups);
     Q38_CUDA_LAUNCHED();
-    GroupedExpertKernel<Rows, true><<<dim3(CeilDiv(I, ExpertTile::kBN / 2), tiles), ExpertTile::kThreads, 0, stream>>>(
-        h, k, s.groups, E, gate_up, s.act, nullptr);
+    AllowShared<ExpertTile>(GroupedExpertKernel<Rows, true>);
+    AllowShared<ExpertTile>(GroupedExpertKernel<Rows, false>);
+    GroupedExpertKernel<Rows, true>
+        <<<dim3(CeilDiv(I, ExpertTile::kBN / 2), tiles), ExpertTile::kThreads, ExpertTile::kSharedBytes, stream>>>(
+            h, k, s.groups, E, gate_up, s.act, nullptr);
     Q38_CUDA_LAUNCHED();
-    GroupedExpertKernel<Rows, false><<<dim3(CeilDiv(H, ExpertTile::kBN), tiles), ExpertTile::kThreads, 0, stream>>>(
-        s.act, 1, s.groups, E, down, nullptr, s.pair_out);
+    GroupedExpertKernel<Rows, false>
+        <<<dim3(CeilDiv(H, ExpertTile::kBN), tiles), ExpertTile::kThreads, ExpertTile::kSharedBytes, stream>>>(
+            s.act, 1, s.groups, E, down, nullptr, s.pair_out);
     Q38_CUDA_LAUNCHED();
   } else {
     moe_decode::LaunchGateUp<Rows, kDecodeGateUp.rows, kDecodeGateUp.ahead>(h, idx, gate_up, s.act, pairs, k, stream);
