@@ -243,7 +243,7 @@ int Run(Bench& b) {
       }
       Q38_CUDA_LAUNCHED();
       const cuda::ExpertScratch scratch{act.p, pair_out.p, groups.p};
-      cuda::GroupedTile tile = cuda::GroupedTile::k64x128w8;
+      cuda::GroupedTile tile = cuda::kGroupedTiles[0];  // the route's
       const bench::Launch call = [&](int i, cudaStream_t st) {
         const int r = i % routings;
         cuda::RoutedExperts(h.p, idx.p + r * T * kTopK, w.p + r * T * kTopK, gate_up.View(I), down.View(kHidden), out.p,

@@ -149,12 +149,9 @@ __global__ void GroupPairsKernel(const int32_t* __restrict__ idx, int64_t pairs,
 }
 
 // The grouped GEMM's block tiles (GroupedTile), pipelined (kernels/cuda/wmma_pipeline.cuh): 64
-// slots (pairs of one expert) × 128 columns by 8 warps of 32×32 or 4 of 32×64, × 256 columns by 8
-// warps of 32×64, × 128 columns by 8 warps in steps of 64 columns.
-using ExpertTile64x128w8 = TileShape<kExpertTileRows, 128, 2, 4>;
-using ExpertTile64x128w4 = TileShape<kExpertTileRows, 128, 2, 2>;
-using ExpertTile64x256w8 = TileShape<kExpertTileRows, 256, 2, 4>;
+// slots (pairs of one expert) × 128 columns by 8 warps of 32×32, in steps of 64 or 32 columns.
 using ExpertTile64x128k64w8 = TileShape<kExpertTileRows, 128, 2, 4, 64>;
+using ExpertTile64x128w8 = TileShape<kExpertTileRows, 128, 2, 4>;
 
 // The slots' rows of x: x[pair / a_div], zeros for a slot past the expert's pairs.
 struct PairRows {
@@ -209,8 +206,8 @@ struct ExpertColumns {
 // the token's hidden state for gate_up (a_div = k), the pair's activation for down (a_div = 1).
 // kSwiGlu: the columns are kBN / 2 intermediate indices' gate and up rows, and the tile writes
 // act[pair, i] = silu(gate)·up; otherwise it writes pair_out[pair, n] in FP32.
-template <typename Shape, int kMinBlocks, typename Rows, bool kSwiGlu>
-__global__ void __launch_bounds__(Shape::kThreads, kMinBlocks)
+template <typename Shape, typename Rows, bool kSwiGlu>
+__global__ void __launch_bounds__(Shape::kThreads, 2)
     GroupedExpertKernel(const __half* __restrict__ x, int64_t a_div, const int32_t* __restrict__ groups, int64_t E,
                         Rows rows, __half* __restrict__ act, float* __restrict__ pair_out) {
   static_assert(Shape::kBM == kExpertTileRows && Shape::kThreads >= kExpertTileRows, "a thread a slot");
@@ -279,19 +276,18 @@ bool DownChunked(const Rows& down, const int32_t* idx, ExpertScratch s, int64_t 
   }
 }
 
-// Both grouped GEMMs on one tile shape (kMinBlocks an SM as their registers allow): gate/up with
-// SiLU·up into act, down into pair_out.
-template <typename Shape, int kMinBlocks, typename Rows>
+// Both grouped GEMMs on one tile shape: gate/up with SiLU·up into act, down into pair_out.
+template <typename Shape, typename Rows>
 void LaunchGrouped(const __half* h, const Rows& gate_up, const Rows& down, ExpertScratch s, int64_t k, int64_t E,
                    int64_t tiles, cudaStream_t stream) {
   const int64_t I = down.K, H = down.N;
-  AllowShared<Shape>(GroupedExpertKernel<Shape, kMinBlocks, Rows, true>);
-  AllowShared<Shape>(GroupedExpertKernel<Shape, kMinBlocks, Rows, false>);
-  GroupedExpertKernel<Shape, kMinBlocks, Rows, true>
+  AllowShared<Shape>(GroupedExpertKernel<Shape, Rows, true>);
+  AllowShared<Shape>(GroupedExpertKernel<Shape, Rows, false>);
+  GroupedExpertKernel<Shape, Rows, true>
       <<<dim3(CeilDiv(I, Shape::kBN / 2), tiles), Shape::kThreads, Shape::kSharedBytes, stream>>>(h, k, s.groups, E,
                                                                                                   gate_up, s.act, nullptr);
   Q38_CUDA_LAUNCHED();
-  GroupedExpertKernel<Shape, kMinBlocks, Rows, false><<<dim3(CeilDiv(H, Shape::kBN), tiles), Shape::kThreads, Shape::kSharedBytes,
+  GroupedExpertKernel<Shape, Rows, false><<<dim3(CeilDiv(H, Shape::kBN), tiles), Shape::kThreads, Shape::kSharedBytes,
                                             stream>>>(s.act, 1, s.groups, E, down, nullptr, s.pair_out);
   Q38_CUDA_LAUNCHED();
 }
@@ -307,12 +303,10 @@ void RunExperts(const __half* h, const int32_t* idx, const __half* w, const Rows
     GroupPairsKernel<<<1, 1024, 2 * E * sizeof(int32_t), stream>>>(idx, pairs, E, s.groups);
     Q38_CUDA_LAUNCHED();
     switch (tile) {
-      case GroupedTile::k64x128w8: LaunchGrouped<ExpertTile64x128w8, 2>(h, gate_up, down, s, k, E, tiles, stream); break;
-      case GroupedTile::k64x128w4: LaunchGrouped<ExpertTile64x128w4, 2>(h, gate_up, down, s, k, E, tiles, stream); break;
-      case GroupedTile::k64x256w8: LaunchGrouped<ExpertTile64x256w8, 1>(h, gate_up, down, s, k, E, tiles, stream); break;
       case GroupedTile::k64x128k64w8:
-        LaunchGrouped<ExpertTile64x128k64w8, 2>(h, gate_up, down, s, k, E, tiles, stream);
+        LaunchGrouped<ExpertTile64x128k64w8>(h, gate_up, down, s, k, E, tiles, stream);
         break;
+      case GroupedTile::k64x128w8: LaunchGrouped<ExpertTile64x128w8>(h, gate_up, down, s, k, E, tiles, stream); break;
     }
   } else {
     moe_decode::LaunchGateUp<Rows, kDecodeGateUp.rows, kDecodeGateUp.ahead>(h, idx, gate_up, s.act, pairs, k, stream);
@@ -354,10 +348,8 @@ void RouterTopK(const __half* logits, int32_t* idx, __half* w, int64_t T, int64_
 
 const char* GroupedTileName(GroupedTile tile) {
   switch (tile) {
-    case GroupedTile::k64x128w8: return "64x128w8";
-    case GroupedTile::k64x128w4: return "64x128w4";
-    case GroupedTile::k64x256w8: return "64x256w8";
     case GroupedTile::k64x128k64w8: return "64x128k64w8";
+    case GroupedTile::k64x128w8: return "64x128w8";
   }
   return "?";
 }
