@@ -30,6 +30,13 @@ void Backend::NormRope(Tensor& x, const Tensor& w, const Tensor& positions, int6
   if (cache.data != nullptr) WriteRows(x, cache, positions);
 }
 
+void Backend::GatedSelectedAttention(const Tensor& q, const Tensor& kcache, const Tensor& vcache, const Tensor& sel,
+                                     const Tensor& positions, const Tensor& gate, Tensor& o, int64_t ratio) {
+  SelectedAttention(q, kcache, vcache, sel, positions, o, ratio);
+  Tensor flat = o.Reshaped({o.dim(0), o.dim(1) * o.dim(2)});
+  SigmoidMul(flat, gate);
+}
+
 void Backend::ExpertsAndShared(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& experts,
                                const Tensor& shared, const Tensor& gate_logit, Tensor& out) {
   RoutedExperts(h, idx, w, experts, out);

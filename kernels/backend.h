@@ -90,6 +90,11 @@ class Backend {
                              Tensor& sel, int64_t ratio) = 0;
   virtual void SelectedAttention(const Tensor& q, const Tensor& kcache, const Tensor& vcache,
                                  const Tensor& sel, const Tensor& positions, Tensor& o, int64_t ratio) = 0;
+  // Attention's output gated (fused: docs/cuda.md), the composition
+  //   SelectedAttention(q, kcache, vcache, sel, positions, o, ratio);  SigmoidMul(o as [T, Hq·dh], gate)
+  // with gate [T, Hq·dh]. This default runs the two.
+  virtual void GatedSelectedAttention(const Tensor& q, const Tensor& kcache, const Tensor& vcache, const Tensor& sel,
+                                      const Tensor& positions, const Tensor& gate, Tensor& o, int64_t ratio);
 
   // MoE (kernels/moe).
   virtual void RouterTopK(const Tensor& logits, Tensor& idx, Tensor& w) = 0;

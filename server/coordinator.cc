@@ -168,7 +168,8 @@ ServerExit Coordinator::Start() {
   supervisor_ = std::make_unique<Supervisor>(
       SupervisorOptions{worker_binary_, options_.model, options_.device, options_.gpus, options_.decode_graph,
                         run_dir_->path(), options_.tp, max_context_, options_.prefill_chunk, options_.comm_timeout_ms,
-                        heartbeat_ms, worker_env, options_.cpu_comm, options_.cpu_math, options_.cpu_threads},
+                        heartbeat_ms, worker_env, options_.cpu_comm, options_.cpu_math, options_.cpu_threads,
+                        options_.cuda_grid_kernels},
       [this](int rank, const std::string& how, int generation) {
         PostGroupFailed(absl::StrCat("rank ", rank, " ", how), generation);
       });

@@ -58,6 +58,7 @@ struct CoordinatorOptions {
   int comm_timeout_ms = 10000;
   std::string cpu_comm = "shm", cpu_math = "fast";
   int cpu_threads = 0;
+  std::string cuda_grid_kernels = "all";  // GPU workers' decode grid kernels (docs/cuda.md)
   int64_t max_context = 4096;
   int64_t prefill_chunk = 8192;
   std::string run_dir, worker_binary, ready_file;

@@ -41,6 +41,8 @@ ABSL_FLAG(int32_t, comm_timeout_ms, 10000, "a collective stuck longer than this 
 ABSL_FLAG(std::string, cpu_comm, "shm", "CPU workers meet over shm (shared memory: every worker on this host) or gloo (TCP)");
 ABSL_FLAG(std::string, cpu_math, "fast", "CPU workers' arithmetic: fast (FP32 SIMD) or exact (the double-accumulating reference)");
 ABSL_FLAG(int32_t, cpu_threads, 0, "threads per fast CPU worker (0: this host's cores shared out over the workers)");
+ABSL_FLAG(std::string, cuda_grid_kernels, "all",
+          "GPU workers' decode kernels with grid-wide barriers: all (the indexer's selection at long context) or none");
 ABSL_FLAG(int64_t, max_context, 4096, "longest sequence, prompt plus generated tokens");
 ABSL_FLAG(int64_t, prefill_chunk, 8192, "prefill chunk in tokens");
 ABSL_FLAG(std::string, run_dir, "", "directory for worker sockets and the rendezvous (default: a fresh one in /tmp)");
@@ -150,6 +152,7 @@ absl::StatusOr<CoordinatorOptions> OptionsFromFlags() {
   o.cpu_comm = absl::GetFlag(FLAGS_cpu_comm);
   o.cpu_math = absl::GetFlag(FLAGS_cpu_math);
   o.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  o.cuda_grid_kernels = absl::GetFlag(FLAGS_cuda_grid_kernels);
   o.max_context = absl::GetFlag(FLAGS_max_context);
   o.run_dir = absl::GetFlag(FLAGS_run_dir);
   o.worker_binary = absl::GetFlag(FLAGS_worker_binary);

@@ -73,6 +73,7 @@ absl::Status Supervisor::Spawn(int rank, const std::string& rendezvous) {
       "--cpu_comm=" + options_.cpu_comm,
       "--cpu_math=" + options_.cpu_math,
       absl::StrCat("--cpu_threads=", options_.cpu_threads),
+      "--cuda_grid_kernels=" + options_.cuda_grid_kernels,
       absl::StrCat("--heartbeat_ms=", options_.heartbeat_ms),
       absl::StrCat("--max_context=", options_.max_context),
       absl::StrCat("--prefill_chunk=", options_.prefill_chunk),

@@ -36,6 +36,7 @@ struct SupervisorOptions {
   std::string cpu_comm = "shm";  // CPU ranks: shm (one host) or gloo (TCP)
   std::string cpu_math = "fast";  // CPU ranks: fast or exact (kernels/backend.h CpuMath)
   int cpu_threads = 0;            // threads per fast CPU rank; 0: the cores shared out over the ranks
+  std::string cuda_grid_kernels = "all";  // CUDA ranks' decode grid kernels (--cuda_grid_kernels)
 };
 
 class Supervisor {

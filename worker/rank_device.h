@@ -23,6 +23,7 @@ struct RankDeviceOptions {
   int timeout_ms = 10000;
   std::string cpu_comm = "shm";  // CPU ranks: shm (shared memory, one host) or gloo (TCP)
   std::string cuda_comm = "auto";  // CUDA ranks: auto (by the GPUs), ipc or nccl
+  std::string cuda_grid_kernels = "all";  // CUDA ranks: the decode grid kernels (kernels/cuda/cuda_backend.h)
   CpuMath cpu_math = CpuMath::kFast;
   int cpu_threads = 0;  // threads of the fast CPU backend; 0: this host's cores shared out over the world
 };

@@ -8,7 +8,8 @@
 namespace q38 {
 
 absl::StatusOr<RankDevice> OpenCudaRank(const RankDeviceOptions& o) {
-  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create(o.gpu));
+  ASSIGN_OR_RETURN(const GridKernels grid, ParseGridKernels(o.cuda_grid_kernels));
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create(o.gpu, grid));
   RankDevice d;
   d.comm = MakeSoloCommunicator();
   if (o.world > 1) {
@@ -30,7 +31,8 @@ absl::StatusOr<RankDevice> OpenCudaRank(const RankDeviceOptions& o) {
   m.dtypes = {"F16", "F16", "F32", "F16"};  // docs/design.md §4, GPU column
   // The routes docs/cuda.md describes; every op has one generic kernel or a row-count split.
   m.routes = {"linear:gemv(T<=8)|wmma_gemm", "experts:nvfp4_w4a16_pair_gemv", "attention:qsa_split_context",
-              "gdn:recurrent_state_in_registers", "indexer:radix_topk", "ple:staged_host_rows"};
+              "gdn:recurrent_state_in_registers", "indexer:radix_topk", "ple:staged_host_rows",
+              "decode_grid_kernels:" + GridKernelsName(backend->grid_kernels())};
   d.backend = std::move(backend);
   return d;
 }

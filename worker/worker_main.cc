@@ -37,6 +37,8 @@ ABSL_FLAG(int32_t, comm_timeout_ms, 10000, "a collective stuck longer than this 
 ABSL_FLAG(std::string, cpu_comm, "shm", "CPU ranks meet over shm (shared memory, one host) or gloo (TCP)");
 ABSL_FLAG(std::string, cpu_math, "fast", "CPU ranks' arithmetic: fast (FP32 SIMD) or exact (the double-accumulating reference)");
 ABSL_FLAG(int32_t, cpu_threads, 0, "threads of a fast CPU rank (0: the host's cores shared out over the world)");
+ABSL_FLAG(std::string, cuda_grid_kernels, "all",
+          "CUDA ranks' decode kernels with grid-wide barriers: all (the indexer's selection at long context) or none");
 ABSL_FLAG(int64_t, max_context, 4096, "the longest sequence (prompt + generated) this worker holds");
 ABSL_FLAG(int64_t, prefill_chunk, 8192, "prefill runs in chunks of at most this many tokens");
 ABSL_FLAG(int32_t, parent_pipe_fd, -1, "read end of a pipe whose writer is the coordinator; EOF means it died");
@@ -266,7 +268,8 @@ absl::Status Main() {
                    OpenRankDevice({.rank = rank, .world = world, .device = absl::GetFlag(FLAGS_device),
                                    .gpu = absl::GetFlag(FLAGS_gpu), .rendezvous = absl::GetFlag(FLAGS_rendezvous),
                                    .group = absl::GetFlag(FLAGS_group), .timeout_ms = absl::GetFlag(FLAGS_comm_timeout_ms),
-                                   .cpu_comm = absl::GetFlag(FLAGS_cpu_comm), .cpu_math = cpu_math,
+                                   .cpu_comm = absl::GetFlag(FLAGS_cpu_comm),
+                                   .cuda_grid_kernels = absl::GetFlag(FLAGS_cuda_grid_kernels), .cpu_math = cpu_math,
                                    .cpu_threads = absl::GetFlag(FLAGS_cpu_threads)}));
   std::unique_ptr<Communicator>& comm = device.comm;
   std::unique_ptr<Backend>& backend = device.backend;

@@ -6,8 +6,8 @@
 //   launches against the query-head kernel, each with the merge, their outputs compared; and the
 //   merge alone against the merge as it stood before (one dependent load per split, three passes;
 //   kept here as "v0"), checked bitwise;
-// - the indexer's block selection (IndexerSelect: scores, then the top 512) at contexts from
-//   8,192 to 262,144 tokens.
+// - the indexer's block selection (scores, then the top 512) at contexts from 8,192 to 262,144
+//   tokens: IndexerSelect's two kernels against IndexerSelectGrid's one, their ids compared.
 // The exit status is 1 if a check fails.
 // Usage: attention_bench
 #include <cuda_fp16.h>
@@ -143,41 +143,61 @@ int AttentionTable(Bench& b) {
 }
 
 // The indexer's selection for one token as the context grows: every complete block is scored
-// (4 heads of 128 against the pooled keys) and the top 512 are kept.
-void SelectionTable(Bench& b) {
+// (4 heads of 128 against the pooled keys) and the top 512 are kept, by a score kernel and a block
+// for the query (cuda::IndexerSelect) and by one kernel with grid-wide barriers
+// (cuda::IndexerSelectGrid); the two selections must be the same ids (returns 1 if not).
+int SelectionTable(Bench& b) {
   const cudaStream_t s = b.stream();
   constexpr int64_t kIndexHeads = 4, kIndexDim = 128;
+  int failures = 0;
   std::printf("\n## Indexer selection, one token\n\n"
-              "µs per layer in a CUDA graph of 12 layers (IndexerSelect: scores, then the top %lld blocks).\n\n"
-              "| context | complete blocks | µs |\n|---|---|---|\n",
+              "µs per layer in a CUDA graph of 12 layers (scores, then the top %lld blocks): two kernels "
+              "(IndexerSelect) and one (IndexerSelectGrid).\n\n"
+              "| context | complete blocks | two kernels µs | one kernel µs | same ids |\n|---|---|---|---|---|\n",
               static_cast<long long>(kMaxBlocks));
   for (int64_t context : {int64_t{8192}, int64_t{32768}, int64_t{131072}, int64_t{262144}}) {
     const int64_t blocks = context / kRatio;
     DeviceArray<__half> iq(kIndexHeads * kIndexDim), pooled(kLayers * blocks * kIndexDim);
     DeviceArray<float> scratch(blocks);
-    DeviceArray<int32_t> sel(kMaxBlocks);
+    DeviceArray<int> grid_scratch(cuda::IndexerSelectGridScratchInts());
+    DeviceArray<int32_t> sel(kMaxBlocks), sel_grid(kMaxBlocks);
     DeviceArray<int64_t> position(1);
     FillHalfKernel<<<16, 256, 0, s>>>(iq.p, kIndexHeads * kIndexDim, 4, 1.0f);
     FillHalfKernel<<<1024, 256, 0, s>>>(pooled.p, kLayers * blocks * kIndexDim, 5, 1.0f);
     Q38_CUDA_LAUNCHED();
     const int64_t pos = context - 1;
     Q38_CUDA_CHECK(cudaMemcpyAsync(position.p, &pos, sizeof pos, cudaMemcpyHostToDevice, s));
-    const Timing t = b.Graph(kLayers, [&](int i, cudaStream_t st) {
+    const bench::Launch two = [&](int i, cudaStream_t st) {
       cuda::IndexerSelect(iq.p, pooled.p + (i % kLayers) * blocks * kIndexDim, position.p, sel.p, scratch.p, 1,
                           kIndexHeads, kIndexDim, kRatio, kMaxBlocks, blocks, st);
-    });
-    std::printf("| %lld | %lld | %.2f |\n", static_cast<long long>(context), static_cast<long long>(blocks), t.median_us);
+    };
+    const bench::Launch one = [&](int i, cudaStream_t st) {
+      cuda::IndexerSelectGrid(iq.p, pooled.p + (i % kLayers) * blocks * kIndexDim, position.p, sel_grid.p,
+                              grid_scratch.p, kIndexHeads, kIndexDim, kRatio, kMaxBlocks, blocks, st);
+    };
+    Q38_CUDA_CHECK(cudaMemsetAsync(sel.p, 0x7f, kMaxBlocks * sizeof(int32_t), s));  // unwritten slots differ
+    Q38_CUDA_CHECK(cudaMemsetAsync(sel_grid.p, 0x3f, kMaxBlocks * sizeof(int32_t), s));
+    two(0, s);
+    one(0, s);
+    std::vector<int32_t> a(kMaxBlocks), g(kMaxBlocks);
+    Q38_CUDA_CHECK(cudaMemcpyAsync(a.data(), sel.p, kMaxBlocks * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+    Q38_CUDA_CHECK(cudaMemcpyAsync(g.data(), sel_grid.p, kMaxBlocks * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+    Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+    const bool same = a == g;
+    failures += same ? 0 : 1;
+    const Timing t2 = b.Graph(kLayers, two), t1 = b.Graph(kLayers, one);
+    std::printf("| %lld | %lld | %.2f | %.2f | %s |\n", static_cast<long long>(context), static_cast<long long>(blocks),
+                t2.median_us, t1.median_us, same ? "yes" : "NO");
     std::fflush(stdout);
   }
-}
-
-int Run(Bench& b) {
-  const int failures = AttentionTable(b);
-  SelectionTable(b);
   return failures;
 }
+
+int Run(Bench& b) { return AttentionTable(b) + SelectionTable(b); }
 
 }  // namespace
 }  // namespace q38
 
-int main() { return q38::bench::BenchMain("attention_bench", "both split kernels agree; merge of now = v0", q38::Run); }
+int main() {
+  return q38::bench::BenchMain("attention_bench", "both split kernels agree; merge of now = v0; both selections agree", q38::Run);
+}

@@ -1,4 +1,5 @@
 #include "kernels/attention/attention_cuda.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/attention/attended_tokens.cuh"
 #include "kernels/attention/attention_decode_cuda.h"
 #include "kernels/attention/attention_prefill_cuda.h"
@@ -85,7 +86,8 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp)
 // trips rather than three per split; every sum keeps the split order.
 constexpr int kCombineUnroll = 16, kMergeChannels = 64;
 __global__ void __launch_bounds__(kMergeChannels)
-    AttentionCombineKernel(const float* __restrict__ part, __half* __restrict__ o, int64_t dh, int64_t splits) {
+    AttentionCombineKernel(const float* __restrict__ part, __half* __restrict__ o, const __half* __restrict__ gate,
+                           int64_t dh, int64_t splits) {
   extern __shared__ float split_stats[];  // [splits] maxima, [splits] sums, [splits] exp(m − M)
   float *ms = split_stats, *ls = ms + splits, *es = ls + splits;
   const float* pp = part + static_cast<int64_t>(blockIdx.x) * splits * (dh + 2);
@@ -110,7 +112,10 @@ __global__ void __launch_bounds__(kMergeChannels)
     const float v = pp[s * (dh + 2) + 2 + c];
     if (ms[s] != -INFINITY) a += v * es[s];
   }
-  o[static_cast<int64_t>(blockIdx.x) * dh + c] = __float2half(a / L);
+  const int64_t at = static_cast<int64_t>(blockIdx.x) * dh + c;
+  const __half merged = __float2half(a / L);
+  // The output gate as SigmoidMul applies it to the merged, rounded value.
+  o[at] = gate != nullptr ? __float2half(__half2float(merged) * Sigmoid(__half2float(gate[at]))) : merged;
 }
 
 }  // namespace
@@ -155,9 +160,10 @@ void QueryHeadAttention(const __half* q, const __half* kcache, const __half* vca
 
 void SelectedAttention(const __half* q, const __half* kcache, const __half* vcache, const int32_t* sel,
                        const int64_t* positions, __half* o, float* scratch, int64_t T,
-                       const SelectedAttentionDims& d, cudaStream_t stream) {
+                       const SelectedAttentionDims& d, cudaStream_t stream, const __half* gate) {
   if (T > kSplitQueries && GroupedAttentionFits(q, kcache, vcache, d)) {
     GroupedAttention(q, kcache, vcache, sel, positions, o, T, d, stream);
+    if (gate != nullptr) SigmoidMul(o, gate, T * d.q_heads * d.head_dim, stream);
     return;
   }
   // Decode's splits cover the most tokens a query can attend; prefill's one split only the
@@ -168,13 +174,18 @@ void SelectedAttention(const __half* q, const __half* kcache, const __half* vcac
   } else {
     QueryHeadAttention(q, kcache, vcache, sel, positions, o, scratch, T, splits, d, stream);
   }
-  if (splits > 1) AttentionMerge(scratch, o, T, d.q_heads, d.head_dim, splits, stream);
+  if (splits > 1) {
+    AttentionMerge(scratch, o, T, d.q_heads, d.head_dim, splits, stream, gate);
+  } else if (gate != nullptr) {
+    SigmoidMul(o, gate, T * d.q_heads * d.head_dim, stream);
+  }
 }
 
 void AttentionMerge(const float* part, __half* o, int64_t T, int64_t q_heads, int64_t head_dim, int64_t splits,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, const __half* gate) {
   const dim3 grid(static_cast<unsigned>(T * q_heads), static_cast<unsigned>(CeilDiv(head_dim, kMergeChannels)));
-  AttentionCombineKernel<<<grid, kMergeChannels, 3 * splits * sizeof(float), stream>>>(part, o, head_dim, splits);
+  AttentionCombineKernel<<<grid, kMergeChannels, 3 * splits * sizeof(float), stream>>>(part, o, gate, head_dim,
+                                                                                         splits);
   Q38_CUDA_LAUNCHED();
 }
 

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <string>
 
+#include "kernels/attention/attention_cuda.h"
 #include "kernels/testing/backend_pair.h"
 
 namespace q38 {
@@ -72,6 +74,78 @@ TEST(AttentionCuda, TiedScoresTakeTheLowestBlockIds) {
   ExpectSameSelection(b, few, many, {79999, 40000}, 512);
 }
 
+// One query at a time (IndexerSelect at T = 1 over 8,192 pooled blocks or more: one kernel with
+// grid-wide barriers on the GPU) against the CPU and, id for id, against the two kernels of the other route (cuda::IndexerSelect):
+// dense (every visible block fits), just past the budget, 3,000 to 131,072 visible blocks (past
+// one 32-id step of a warp on the H200's grid), an awkward budget, the cut inside thousands of
+// tied keys with higher keys spread over the whole range (so blocks and warps after the last tie
+// taken still hold keys above the cut), and all scores equal. Then one graph recorded at one
+// position and replayed at others (the position is read on the device): the same selections as
+// eager calls, one kernel in the graph.
+TEST(AttentionCuda, SelectsForOneQueryInOneKernel) {
+  Q38_REQUIRE_GPU();
+  BackendPair b;
+  const int64_t heads = 4, di = 128, ratio = 4, nblocks = 131072;
+  // From block 40,000 on, five keys in turn; the first is the query's head 0 itself, which
+  // outscores every random key, so past 160,000 positions the cut falls inside its thousands of
+  // copies. Every 150th block holds twice that key, above the cut.
+  const std::vector<float> q = Normal(heads * di, 13);
+  std::vector<float> pooled_host = Normal(nblocks * di, 11), rows = Normal(5 * di, 12);
+  std::copy_n(q.begin(), di, rows.begin());
+  for (int64_t i = 40000; i < nblocks; ++i) std::copy_n(rows.begin() + (i * 7 % 5) * di, di, pooled_host.begin() + i * di);
+  for (int64_t i = 75; i < nblocks; i += 150) {
+    for (int64_t c = 0; c < di; ++c) pooled_host[i * di + c] = 2.0f * q[c];
+  }
+  auto pooled = b.Act(pooled_host, {nblocks, di});
+  const int64_t flat_blocks = 8192;  // the fewest that take the one kernel
+  std::vector<float> same(flat_blocks * di);
+  for (int64_t i = 0; i < flat_blocks; ++i) std::copy_n(rows.begin() + di, di, same.begin() + i * di);
+  auto flat = b.Act(same, {flat_blocks, di});
+  auto iq = b.Act(q, {1, heads, di});
+  const auto select = [&](cuda_test::Twin& keys, int64_t pos, int64_t max_blocks) {
+    const std::string at = "position " + std::to_string(pos) + ", budget " + std::to_string(max_blocks);
+    auto p = b.Raw(&pos, DType::kI64, {1});
+    auto sel = b.Out({1, max_blocks}, DType::kI32), two = b.Out({1, max_blocks}, DType::kI32);
+    b.cpu().IndexerSelect(iq.cpu.t(), keys.cpu.t(), p.cpu.t(), sel.cpu.t(), ratio);
+    b.gpu().IndexerSelect(iq.gpu.t(), keys.gpu.t(), p.gpu.t(), sel.gpu.t(), ratio);
+    const std::vector<int32_t> got = b.GpuInts(sel);
+    EXPECT_EQ(got, b.CpuInts(sel)) << at;
+    const int64_t visible = keys.gpu.t().dim(0);
+    Buffer scores = b.gpu().Alloc(DType::kF32, {visible});
+    cuda::IndexerSelect(static_cast<const __half*>(iq.gpu.t().data), static_cast<const __half*>(keys.gpu.t().data),
+                        static_cast<const int64_t*>(p.gpu.t().data), static_cast<int32_t*>(two.gpu.t().data),
+                        static_cast<float*>(scores.t().data), 1, heads, di, ratio, max_blocks, visible,
+                        b.gpu().stream());
+    EXPECT_EQ(got, b.GpuInts(two)) << "against the two kernels, " << at;
+  };
+  for (int64_t pos : {int64_t{3}, int64_t{2047}, int64_t{2051}, int64_t{11999}, int64_t{159999}, int64_t{200001},
+                      int64_t{262143}, int64_t{524287}}) {
+    select(pooled, pos, 512);
+  }
+  select(pooled, 900, 7);
+  select(pooled, 262143, 1000);
+  select(flat, 2799, 512);
+
+  const int64_t max_blocks = 512;
+  int64_t pos = 8191;
+  auto p = b.Raw(&pos, DType::kI64, {1});
+  auto sel = b.Out({1, max_blocks}, DType::kI32);
+  auto graph = b.gpu().Capture([&]() -> absl::Status {
+    b.gpu().IndexerSelect(iq.gpu.t(), pooled.gpu.t(), p.gpu.t(), sel.gpu.t(), ratio);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ(b.gpu().captured_kernels(), 1) << "the selection as one kernel";
+  for (int64_t at : {int64_t{8191}, int64_t{262143}, int64_t{100}, int64_t{45000}}) {
+    b.gpu().CopyFromHost(&at, p.gpu.t());
+    ASSERT_TRUE((*graph)->Replay().ok()) << at;
+    const std::vector<int32_t> replayed = b.GpuInts(sel);
+    auto eager = b.Out({1, max_blocks}, DType::kI32);
+    b.gpu().IndexerSelect(iq.gpu.t(), pooled.gpu.t(), p.gpu.t(), eager.gpu.t(), ratio);
+    EXPECT_EQ(replayed, b.GpuInts(eager)) << "replayed at position " << at;
+  }
+}
+
 // Random ascending block ids below each query's visible count, −1 padded.
 std::vector<int32_t> RandomSelection(const std::vector<int64_t>& pos, int64_t ratio, int64_t max_blocks) {
   std::mt19937 rng(7);
@@ -102,6 +176,19 @@ void ExpectSameAttention(BackendPair& b, int64_t Hq, int64_t Hkv, int64_t dh, in
   b.cpu().SelectedAttention(q.cpu.t(), k.cpu.t(), v.cpu.t(), sel.cpu.t(), p.cpu.t(), o.cpu.t(), ratio);
   b.gpu().SelectedAttention(q.gpu.t(), k.gpu.t(), v.gpu.t(), sel.gpu.t(), p.gpu.t(), o.gpu.t(), ratio);
   EXPECT_TRUE(b.Matches(o, 2)) << "T " << T << " Hq " << Hq << " dh " << dh;
+
+  // Gated (the gate in the merge where there is one): against the CPU, and bitwise against the
+  // GPU's attention followed by SigmoidMul.
+  auto gate = b.Act(Normal(T * Hq * dh, 14), {T, Hq * dh});
+  auto gated = b.Out({T, Hq, dh});
+  b.cpu().GatedSelectedAttention(q.cpu.t(), k.cpu.t(), v.cpu.t(), sel.cpu.t(), p.cpu.t(), gate.cpu.t(), gated.cpu.t(),
+                                 ratio);
+  b.gpu().GatedSelectedAttention(q.gpu.t(), k.gpu.t(), v.gpu.t(), sel.gpu.t(), p.gpu.t(), gate.gpu.t(), gated.gpu.t(),
+                                 ratio);
+  EXPECT_TRUE(b.Matches(gated, 4)) << "gated, T " << T << " Hq " << Hq << " dh " << dh;
+  Tensor flat = o.gpu.t().Reshaped({T, Hq * dh});
+  b.gpu().SigmoidMul(flat, gate.gpu.t());
+  EXPECT_EQ(b.GpuFloats(gated), b.GpuFloats(o)) << "gated against SigmoidMul after, T " << T << " Hq " << Hq;
 }
 
 TEST(AttentionCuda, DecodeSplitsTheContext) {

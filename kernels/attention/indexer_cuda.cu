@@ -1,6 +1,7 @@
 // The QSA indexer on the GPU (docs/model.md §8.2; declared in attention_cuda.h): the pooled key
 // of each block a token completes, the block scores of each query, and the top max_blocks of them.
 #include "kernels/attention/attention_cuda.h"
+#include "kernels/attention/indexer_select.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/rope/rope_device.cuh"
@@ -8,7 +9,8 @@
 namespace q38::cuda {
 namespace {
 
-constexpr int kMaxDi = 256, kMaxIndexHeads = 8;
+using indexer::kMaxDi;
+using indexer::kMaxIndexHeads;
 
 // One block per token; a token at position p completes block (p+1)/ratio − 1 when (p+1) is a
 // multiple of ratio: its mean key, zero-centred RMSNorm, RoPE at the block's first position.
@@ -38,9 +40,8 @@ __global__ void PoolKernel(const __half* __restrict__ raw, const __half* __restr
 constexpr int kScoreThreads = 256, kScoreBlocksPerCta = 32;
 
 // Block scores of every query that selects sparsely, spread over (query, run of 32 block ids) so
-// that a single decode query still fills the GPU: one warp per block id at a time, every head's
-// dot product from one read of the pooled key (the query's heads sit in shared memory). Each head
-// sums its lanes' strided products, then across the warp, as the order of the scores is defined.
+// that a single decode query still fills the GPU: one warp per block id at a time
+// (indexer::BlockScores), the query's heads in shared memory.
 __global__ void __launch_bounds__(kScoreThreads)
     ScoreKernel(const __half* __restrict__ iq, const __half* __restrict__ pooled, const int64_t* __restrict__ positions,
                 float* scratch, int heads, int di, int ratio, int max_blocks, int64_t scratch_stride) {
@@ -51,34 +52,16 @@ __global__ void __launch_bounds__(kScoreThreads)
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
   for (int i = threadIdx.x; i < heads * di; i += blockDim.x) qs[i] = __half2float(iq[static_cast<int64_t>(t) * heads * di + i]);
   __syncthreads();
-  const float inv_sqrt = rsqrtf(static_cast<float>(di));
   const int first = blockIdx.y * kScoreBlocksPerCta;
   for (int b = first + warp; b < min(nb, first + kScoreBlocksPerCta); b += warps) {
-    float dot[kMaxIndexHeads] = {};
-    for (int c = lane; c < di; c += kWarp) {
-      const float k = __half2float(pooled[static_cast<int64_t>(b) * di + c]);
-#pragma unroll
-      for (int h = 0; h < kMaxIndexHeads; ++h) {
-        if (h < heads) dot[h] += qs[h * di + c] * k;
-      }
-    }
-    float s = 0;
-#pragma unroll
-    for (int h = 0; h < kMaxIndexHeads; ++h) {
-      if (h < heads) s += fmaxf(WarpSum(dot[h]), 0.0f);
-    }
-    if (lane == 0) scratch[t * scratch_stride + b] = s * inv_sqrt;
+    float s[1];
+    indexer::BlockScores<1>(qs, pooled, b, nb, heads, di, lane, s);
+    if (lane == 0) scratch[t * scratch_stride + b] = s[0];
   }
 }
 
 constexpr int kSelectThreads = 512, kSelectWarps = kSelectThreads / kWarp;
 constexpr int kKeyBatch = 8;  // 32-id steps whose scores a warp loads before it uses any
-
-// Scores, order-preserving as unsigned keys, so the k-th largest is found by radix selection.
-__device__ __forceinline__ uint32_t OrderKey(float f) {
-  const uint32_t u = __float_as_uint(f);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
 
 // The keys of ids b0 + u·32 + lane (u < kKeyBatch) below hi, all loads issued before the first
 // is used; 0 past hi.
@@ -86,33 +69,7 @@ __device__ __forceinline__ void LoadKeys(const float* score, int b0, int hi, int
 #pragma unroll
   for (int u = 0; u < kKeyBatch; ++u) {
     const int b = b0 + u * kWarp + lane;
-    key[u] = b < hi ? OrderKey(score[b]) : 0;
-  }
-}
-
-// Warp 0, after a pass's histogram: the digit at which the count of keys from the top reaches
-// `need`, found by a suffix sum over the lanes (8 digits a lane) instead of a walk over 256.
-__device__ void FindDigit(const int* hist, int lane, int shift, uint32_t prefix, int need, uint32_t* prefix_out,
-                          int* need_out) {
-  int count[8], mine = 0;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) mine += (count[j] = hist[lane * 8 + j]);
-  int from_top = mine;  // keys in this lane's digits and every higher lane's
-#pragma unroll
-  for (int o = 1; o < kWarp; o <<= 1) {
-    const int y = __shfl_down_sync(0xffffffffu, from_top, o);
-    if (lane + o < kWarp) from_top += y;
-  }
-  int above = from_top - mine;
-  if (above < need && need <= from_top) {
-    for (int j = 7; j >= 0; --j) {
-      if (above + count[j] >= need) {
-        *prefix_out = prefix | (static_cast<uint32_t>(lane * 8 + j) << shift);
-        *need_out = need - above;
-        return;
-      }
-      above += count[j];
-    }
+    key[u] = b < hi ? indexer::OrderKey(score[b]) : 0;
   }
 }
 
@@ -153,7 +110,7 @@ __global__ void __launch_bounds__(kSelectThreads)
       }
     }
     __syncthreads();
-    if (warp == 0) FindDigit(hist, lane, shift, prefix, need, &prefix_sh, &need_sh);
+    if (warp == 0) indexer::FindDigit(hist, lane, shift, prefix, need, &prefix_sh, &need_sh);
     __syncthreads();
     prefix = prefix_sh;
     need = need_sh;

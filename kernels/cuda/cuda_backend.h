@@ -22,15 +22,27 @@ struct CudaDeviceInfo {
   int runtime_version = 0, driver_version = 0;
 };
 
+// The decode kernels with grid-wide barriers a backend may run (docs/cuda.md): the indexer's
+// selection of one query at long context, where the device and its sharing allow. On by default;
+// off to measure it against the kernels it replaces, or to keep cooperative launches off a system
+// whose driver mishandles them.
+struct GridKernels {
+  bool indexer = true;
+};
+// "all" (or "indexer", its one member) or "none" (the --cuda_grid_kernels flag).
+absl::StatusOr<GridKernels> ParseGridKernels(const std::string& spec);
+std::string GridKernelsName(const GridKernels& g);  // "all" or "none"
+
 class CudaBackend : public Backend {
  public:
   // Uses GPU `ordinal` (of the devices this process sees) from the calling thread on.
-  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int ordinal);
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int ordinal, const GridKernels& grid = {});
 
   virtual cudaStream_t stream() const = 0;
   virtual const CudaDeviceInfo& device() const = 0;
   // Device memory held by this backend's allocator, in bytes.
   virtual size_t reserved_bytes() const = 0;
+  virtual const GridKernels& grid_kernels() const = 0;
 };
 
 }  // namespace q38

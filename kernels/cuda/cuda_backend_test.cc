@@ -1,8 +1,10 @@
 // The CUDA backend's own parts: elementwise ops and position-addressed cache writes against the
 // CPU backend, the FP16 overflow count at upload, the allocator's reuse, and graph capture:
-// replays that follow changing inputs and equal eager runs bit for bit.
+// replays that follow changing inputs and equal eager runs bit for bit; the grid kernels' names.
 #include <cmath>
+#include <string>
 
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/testing/backend_pair.h"
 
@@ -11,6 +13,24 @@ namespace {
 
 using cpu::op_test::Normal;
 using cuda_test::BackendPair;
+
+// --cuda_grid_kernels's values: all (or indexer) and none, anything else refused by name.
+TEST(CudaBackend, GridKernelsByName) {
+  for (const char* spec : {"all", "indexer"}) {
+    const absl::StatusOr<GridKernels> g = ParseGridKernels(spec);
+    ASSERT_TRUE(g.ok()) << spec << ": " << g.status();
+    EXPECT_TRUE(g->indexer) << spec;
+    EXPECT_EQ(GridKernelsName(*g), "all") << spec;
+  }
+  const absl::StatusOr<GridKernels> none = ParseGridKernels("none");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->indexer);
+  EXPECT_EQ(GridKernelsName(*none), "none");
+  for (const char* bad : {"", "hc", "indexer,", "INDEXER", "all,indexer", "moe,gdn"}) {
+    const absl::StatusOr<GridKernels> g = ParseGridKernels(bad);
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << "\"" << bad << "\"";
+  }
+}
 
 TEST(CudaBackend, ElementwiseOps) {
   Q38_REQUIRE_GPU();

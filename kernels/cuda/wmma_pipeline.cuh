@@ -1,10 +1,12 @@
 // The pipelined tensor-core block tile of prefill's GEMMs (the dense GEMM and the grouped expert
 // GEMM): C[BM × BN] = A[BM × K] · B[BN × K]ᵀ in FP32 by WMMA 16×16×16, the way Volta GEMMs feed
-// the tensor cores without cp.async or ldmatrix. Each k-step of 32 columns, every thread first
+// the tensor cores without cp.async or ldmatrix. Each k-step of kBK columns, every thread first
 // issues its global loads of the next step into registers, then the warps multiply the current
 // step from shared memory, then the registers go to the other of two shared buffers: one barrier
-// a step, and the next step's loads in flight during this step's math. Shared rows are padded to
-// 80 bytes, so that the fragment loads (8 rows of 16 bytes a phase) touch 32 distinct banks.
+// a step, and the next step's loads in flight during this step's math. Shared rows are padded by
+// 16 bytes (80 bytes at kBK = 32, 144 at 64), so that the fragment loads (8 rows of 16 bytes a
+// phase) touch 32 distinct banks. The buffers live in dynamic shared memory (DynamicShared), so a
+// tile may take more than the 48 KB of static shared memory (AllowShared: up to SM70's 96 KB).
 // After the last step the operand buffers hold each warp's 16 × 32 slices of C in turn for the
 // epilogue, which the caller supplies (its activation, gate or scale applied once, in FP32).
 #pragma once
@@ -13,17 +15,19 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 
 namespace q38::cuda {
 
 // A block tile of kBM × kBN by kWarpsM × kWarpsN warps, each warp a (kBM / kWarpsM) ×
-// (kBN / kWarpsN) grid of 16×16 accumulator fragments.
-template <int kBM_, int kBN_, int kWarpsM_, int kWarpsN_>
+// (kBN / kWarpsN) grid of 16×16 accumulator fragments, kBK columns of K a step.
+template <int kBM_, int kBN_, int kWarpsM_, int kWarpsN_, int kBK_ = 32>
 struct TileShape {
   static constexpr int kBM = kBM_, kBN = kBN_, kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
-  static constexpr int kBK = 32;           // K columns a step
-  static constexpr int kLd = kBK + 8;      // halves a shared row: 80 bytes
+  static constexpr int kBK = kBK_;         // K columns a step
+  static constexpr int kLd = kBK + 8;      // halves a shared row: 16 bytes of padding
+  static constexpr int kRunsRow = kBK / 8;  // 8-half runs a row of a step
   static constexpr int kThreads = kWarpsM * kWarpsN * kWarp;
   static constexpr int kWM = kBM / kWarpsM, kWN = kBN / kWarpsN;
   static constexpr int kFM = kWM / 16, kFN = kWN / 16;
@@ -33,22 +37,39 @@ struct TileShape {
   static constexpr int kOperandBytes = 2 * (kBM + kBN) * kLd * 2;
   static constexpr int kOutBytes = kWarpsM * kWarpsN * 16 * kOutLd * 4;
   static constexpr int kSharedBytes = kOperandBytes > kOutBytes ? kOperandBytes : kOutBytes;
+  static_assert(kBK == 32 || kBK == 64, "steps of 32 or 64 columns");
   static_assert(kWM % 16 == 0 && kWN % 32 == 0, "warp tiles of whole fragments, columns in pairs");
   static_assert(kBM * kBK / 8 % kThreads == 0 && kBN * kBK / 8 % kThreads == 0, "every thread moves whole runs");
-  static_assert(kSharedBytes <= 48 * 1024, "static shared memory");
+  static_assert(kSharedBytes <= 96 * 1024, "SM70's shared memory a block");
 };
 
-// The block's shared memory: the two operand buffers, or the warps' epilogue slices after the loop.
+// The block's dynamic shared memory (the kernel's launch gives its size).
+__device__ __forceinline__ unsigned char* DynamicShared() {
+  extern __shared__ __align__(128) unsigned char dynamic_shared[];
+  return dynamic_shared;
+}
+
+// Lets `kernel` launch with Shape::kSharedBytes of dynamic shared memory: past 48 KB a kernel
+// must opt in, on each device (cheap and outside any stream, so it may run at every launch).
+template <typename Shape, typename Kernel>
+void AllowShared(Kernel kernel) {
+  if constexpr (Shape::kSharedBytes > 48 * 1024) {
+    Q38_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSharedBytes));
+  }
+}
+
+// The block's shared memory (Shape::kSharedBytes at `raw`, 128-byte aligned): the two operand
+// buffers, or the warps' epilogue slices after the loop.
 template <typename Shape>
-struct alignas(128) PipelineShared {
-  unsigned char raw[Shape::kSharedBytes];
-  __device__ __half* A(int stage, int row) {
+struct PipelineShared {
+  unsigned char* raw;
+  __device__ __half* A(int stage, int row) const {
     return reinterpret_cast<__half*>(raw) + (stage * Shape::kBM + row) * Shape::kLd;
   }
-  __device__ __half* B(int stage, int row) {
+  __device__ __half* B(int stage, int row) const {
     return reinterpret_cast<__half*>(raw) + (2 * Shape::kBM + stage * Shape::kBN + row) * Shape::kLd;
   }
-  __device__ float* Out(int warp) { return reinterpret_cast<float*>(raw) + warp * 16 * Shape::kOutLd; }
+  __device__ float* Out(int warp) const { return reinterpret_cast<float*>(raw) + warp * 16 * Shape::kOutLd; }
 };
 
 // An operand as the pipeline reads it: a `Run` is what a thread holds in registers for 8
@@ -84,29 +105,31 @@ __device__ __forceinline__ void PipelinedTile(PipelineShared<Shape>& s, int64_t 
 
   typename SideA::Run ra[Shape::kRunsA];
   typename SideB::Run rb[Shape::kRunsB];
-  // Run r of a step is row r / 4, columns (r % 4) · 8: four threads read a row's 64 bytes.
+  // Run r of a step is row r / kRunsRow, columns (r % kRunsRow) · 8: kRunsRow threads read a
+  // row's 2·kBK bytes.
+  constexpr int kRow = Shape::kRunsRow;
   auto fetch = [&](int64_t k0) {
 #pragma unroll
     for (int i = 0; i < Shape::kRunsA; ++i) {
       const int r = tid + i * Shape::kThreads;
-      ra[i] = a.Fetch(r / 4, k0 + (r % 4) * 8);
+      ra[i] = a.Fetch(r / kRow, k0 + (r % kRow) * 8);
     }
 #pragma unroll
     for (int i = 0; i < Shape::kRunsB; ++i) {
       const int r = tid + i * Shape::kThreads;
-      rb[i] = b.Fetch(r / 4, k0 + (r % 4) * 8);
+      rb[i] = b.Fetch(r / kRow, k0 + (r % kRow) * 8);
     }
   };
   auto stash = [&](int stage) {
 #pragma unroll
     for (int i = 0; i < Shape::kRunsA; ++i) {
       const int r = tid + i * Shape::kThreads;
-      SideA::Stash(ra[i], s.A(stage, r / 4) + (r % 4) * 8);
+      SideA::Stash(ra[i], s.A(stage, r / kRow) + (r % kRow) * 8);
     }
 #pragma unroll
     for (int i = 0; i < Shape::kRunsB; ++i) {
       const int r = tid + i * Shape::kThreads;
-      SideB::Stash(rb[i], s.B(stage, r / 4) + (r % 4) * 8);
+      SideB::Stash(rb[i], s.B(stage, r / kRow) + (r % kRow) * 8);
     }
   };
 

@@ -280,12 +280,14 @@ int RunGemm(Bench& b, double wmma_tflops) {
       {"attention stack, 512 tokens", 512, 13952, 2560},
       {"GDN out, 512 tokens", 512, 2560, 6144},
   };
-  const std::vector<cuda::GemmTile> tiles = {cuda::GemmTile::k128x128w8, cuda::GemmTile::k128x128w4,
-                                             cuda::GemmTile::k128x64w4, cuda::GemmTile::k64x64w4};
   std::printf("\n## Prefill GEMM (WMMA, T > %ld)\n\nTFLOP/s (%% of the WMMA rate above) per variant; auto is ChooseGemm's tile.\n\n",
               cuda::kGemvMaxRows);
-  std::printf("| shape | T | N | K | v0 | 128x128w8 | 128x128w4 | 128x64w4 | 64x64w4 | auto | auto ms | auto/v0 |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::string header = "| shape | T | N | K | v0 |", rule = "|---|---|---|---|---|";
+  for (const cuda::GemmTile tile : cuda::kGemmTiles) {
+    header += absl::StrFormat(" %s |", cuda::GemmTileName(tile));
+    rule += "---|";
+  }
+  std::printf("%s auto | auto ms | auto/v0 |\n%s---|---|---|\n", header.c_str(), rule.c_str());
   int failures = 0;
   for (const GemmCase& c : cases) {
     const cudaStream_t s = b.stream();
@@ -315,7 +317,7 @@ int RunGemm(Bench& b, double wmma_tflops) {
                     c.name.c_str(), c.T, name.c_str(), nmse, differ, y.size());
       }
     };
-    for (const cuda::GemmTile tile : tiles) {
+    for (const cuda::GemmTile tile : cuda::kGemmTiles) {
       Q38_CUDA_CHECK(cudaMemsetAsync(o.y->p, 0xff, sizeof(__half) * c.T * c.N, s));
       cuda::LinearGemm(tile, o.x->p, o.W(0), o.y->p, c.T, c.K, c.N, s);
       check(cuda::GemmTileName(tile));

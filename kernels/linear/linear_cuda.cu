@@ -109,6 +109,7 @@ void Linear(const __half* x, const __half* w, __half* y, int64_t T, int64_t K, i
 const char* GemmTileName(GemmTile tile) {
   switch (tile) {
     case GemmTile::k128x128w8: return "128x128w8";
+    case GemmTile::k128x128k64w8: return "128x128k64w8";
     case GemmTile::k128x128w4: return "128x128w4";
     case GemmTile::k128x64w4: return "128x64w4";
     case GemmTile::k64x64w4: return "64x64w4";
@@ -116,12 +117,14 @@ const char* GemmTileName(GemmTile tile) {
   return "?";
 }
 
-// The largest tile that leaves at least ~2 blocks for each SM of a V100 (80) or an H200 (132):
-// a large tile reads each operand byte from shared memory into fewer fragments, but a grid of
-// fewer blocks than the GPU holds leaves tensor cores idle.
+// From 512 rows on, 128×128 in steps of 64 columns: linear_bench (run K2) has it ahead of every
+// other tile at every prefill shape it times, 1.05–1.30× the tile chosen before, even where its
+// grid leaves an SM fewer than two blocks (HC down, N = 324; GDN out at 512 rows). Below that,
+// untimed: the largest tile that leaves ~2 blocks for each SM of a V100 (80) or an H200 (132), since
+// a grid of fewer blocks than the GPU holds leaves tensor cores idle.
 GemmTile ChooseGemm(int64_t T, int64_t /*K*/, int64_t N) {
   constexpr int64_t kEnough = 200;
-  if (CeilDiv(T, 128) * CeilDiv(N, 128) >= kEnough) return GemmTile::k128x128w8;
+  if (T >= 512 || CeilDiv(T, 128) * CeilDiv(N, 128) >= kEnough) return GemmTile::k128x128k64w8;
   if (CeilDiv(T, 128) * CeilDiv(N, 64) >= kEnough) return GemmTile::k128x64w4;
   return GemmTile::k64x64w4;
 }
@@ -131,6 +134,7 @@ void LinearGemm(GemmTile tile, const __half* x, const __half* w, __half* y, int6
   CHECK(T >= 1 && CeilDiv(T, 64) <= 65535) << "GEMM rows " << T;
   switch (tile) {
     case GemmTile::k128x128w8: gemm::LaunchTiled<gemm::Tile128x128w8, 2>(x, w, y, T, K, N, stream); break;
+    case GemmTile::k128x128k64w8: gemm::LaunchTiled<gemm::Tile128x128k64w8, 2>(x, w, y, T, K, N, stream); break;
     case GemmTile::k128x128w4: gemm::LaunchTiled<gemm::Tile128x128w4, 2>(x, w, y, T, K, N, stream); break;
     case GemmTile::k128x64w4: gemm::LaunchTiled<gemm::Tile128x64w4, 3>(x, w, y, T, K, N, stream); break;
     case GemmTile::k64x64w4: gemm::LaunchTiled<gemm::Tile64x64w4, 4>(x, w, y, T, K, N, stream); break;

@@ -31,13 +31,17 @@ GemvConfig ChooseGemv(int64_t T, int64_t K, int64_t N);
 void LinearGemv(const GemvConfig& config, const __half* x, const __half* w, __half* y, int64_t T, int64_t K,
                 int64_t N, cudaStream_t stream);
 
-// The block tile of the prefill GEMM (T > kGemvMaxRows): 128×128 by 8 or 4 warps, 128×64 or
-// 64×64 by 4 warps. The tile changes the speed only: every tile sums each output in one order.
-enum class GemmTile { k128x128w8, k128x128w4, k128x64w4, k64x64w4 };
+// The block tile of the prefill GEMM (T > kGemvMaxRows): 128×128 by 8 warps (K in steps of 64 or
+// 32 columns) or 4, 128×64 or 64×64 by 4 warps. The tile changes the speed only: every tile sums
+// each output in one order.
+enum class GemmTile { k128x128k64w8, k128x128w8, k128x128w4, k128x64w4, k64x64w4 };
+// Every tile, in that order (the bench's columns, the tests' cases).
+inline constexpr GemmTile kGemmTiles[] = {GemmTile::k128x128k64w8, GemmTile::k128x128w8, GemmTile::k128x128w4,
+                                          GemmTile::k128x64w4, GemmTile::k64x64w4};
 const char* GemmTileName(GemmTile tile);
 
-// The tile Linear() runs for T > kGemvMaxRows where K % 8 == 0 and x, w are 16-byte aligned: the
-// largest that still gives the GPU a few blocks an SM (a function of the shape alone).
+// The tile Linear() runs for T > kGemvMaxRows where K % 8 == 0 and x, w are 16-byte aligned (a
+// function of the shape alone).
 GemmTile ChooseGemm(int64_t T, int64_t K, int64_t N);
 
 // The GEMM with a given tile, for tests and the bench. Any shape; K % 8 == 0 with 16-byte aligned

@@ -134,8 +134,7 @@ TEST_P(LinearGemmTile, MatchesReference) {
 
 std::vector<TileCase> TileCases() {
   std::vector<TileCase> cases;
-  for (const cuda::GemmTile tile : {cuda::GemmTile::k128x128w8, cuda::GemmTile::k128x128w4, cuda::GemmTile::k128x64w4,
-                                    cuda::GemmTile::k64x64w4})
+  for (const cuda::GemmTile tile : cuda::kGemmTiles)
     for (const Shape s : {Shape{9, 40, 7}, Shape{300, 1000, 259}, Shape{129, 2560, 130}, Shape{70, 36, 33},
                           Shape{257, 100, 77}})
       cases.push_back({tile, s});
@@ -151,12 +150,14 @@ INSTANTIATE_TEST_SUITE_P(Tiles, LinearGemmTile, ::testing::ValuesIn(TileCases())
 
 // The tile is a function of the shape: the model's prefill shapes take the largest tiles.
 TEST(ChooseGemm, PrefillShapes) {
-  EXPECT_EQ(cuda::ChooseGemm(8192, 2560, 16480), cuda::GemmTile::k128x128w8);  // GDN stack
-  EXPECT_EQ(cuda::ChooseGemm(8192, 6144, 2560), cuda::GemmTile::k128x128w8);   // GDN out, attention o
-  EXPECT_EQ(cuda::ChooseGemm(512, 2560, 13952), cuda::GemmTile::k128x128w8);   // a short prompt, wide N
-  EXPECT_EQ(cuda::ChooseGemm(1024, 6144, 2560), cuda::GemmTile::k128x64w4);    // fewer columns
-  EXPECT_EQ(cuda::ChooseGemm(512, 6144, 2560), cuda::GemmTile::k64x64w4);
-  EXPECT_EQ(cuda::ChooseGemm(9, 2560, 340), cuda::GemmTile::k64x64w4);         // just past the GEMV limit
+  EXPECT_EQ(cuda::ChooseGemm(8192, 2560, 16480), cuda::GemmTile::k128x128k64w8);  // GDN stack
+  EXPECT_EQ(cuda::ChooseGemm(8192, 6144, 2560), cuda::GemmTile::k128x128k64w8);   // GDN out, attention o
+  EXPECT_EQ(cuda::ChooseGemm(8192, 10240, 324), cuda::GemmTile::k128x128k64w8);   // HC down: few columns
+  EXPECT_EQ(cuda::ChooseGemm(512, 6144, 2560), cuda::GemmTile::k128x128k64w8);    // a short prompt
+  EXPECT_EQ(cuda::ChooseGemm(256, 2560, 13952), cuda::GemmTile::k128x128k64w8);   // fewer rows, wide N
+  EXPECT_EQ(cuda::ChooseGemm(300, 6144, 2560), cuda::GemmTile::k64x64w4);         // fewer rows and columns
+  EXPECT_EQ(cuda::ChooseGemm(384, 2560, 6144), cuda::GemmTile::k128x64w4);
+  EXPECT_EQ(cuda::ChooseGemm(9, 2560, 340), cuda::GemmTile::k64x64w4);            // just past the GEMV limit
 }
 
 // The configuration is a function of the shape: the model's decode shapes take the paths the

@@ -67,7 +67,7 @@ template <typename Shape, int kMinBlocks, typename Side>
 __global__ void __launch_bounds__(Shape::kThreads, kMinBlocks)
     TiledGemmKernel(const __half* __restrict__ x, const __half* __restrict__ w, __half* __restrict__ y, int64_t T,
                     int64_t K, int64_t N, bool vec_out) {
-  __shared__ PipelineShared<Shape> s;
+  PipelineShared<Shape> s{DynamicShared()};
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * Shape::kBM, n0 = static_cast<int64_t>(blockIdx.x) * Shape::kBN;
   const Side a{x + m0 * K, T - m0, K}, b{w + n0 * K, N - n0, K};
   PipelinedTile<Shape>(s, K, a, b, [&](const float* slice, int m, int n, int lane) {
@@ -75,9 +75,11 @@ __global__ void __launch_bounds__(Shape::kThreads, kMinBlocks)
   });
 }
 
-// The block shapes GemmConfig names: 128×128 by 8 warps of 64×32 or 4 of 64×64, 128×64 by 4
-// warps of 64×32, 64×64 by 4 warps of 32×32; blocks an SM as their registers allow.
+// The block shapes GemmTile names: 128×128 by 8 warps of 64×32 (steps of 64 or 32 columns) or 4
+// of 64×64; 128×64 by 4 warps of 64×32; 64×64 by 4 warps of 32×32; blocks an SM as their
+// registers and shared memory allow.
 using Tile128x128w8 = TileShape<128, 128, 2, 4>;
+using Tile128x128k64w8 = TileShape<128, 128, 2, 4, 64>;
 using Tile128x128w4 = TileShape<128, 128, 2, 2>;
 using Tile128x64w4 = TileShape<128, 64, 2, 2>;
 using Tile64x64w4 = TileShape<64, 64, 2, 2>;
@@ -87,11 +89,9 @@ void LaunchTiled(const __half* x, const __half* w, __half* y, int64_t T, int64_t
   const dim3 grid(static_cast<unsigned>(CeilDiv(N, Shape::kBN)), static_cast<unsigned>(CeilDiv(T, Shape::kBM)));
   const bool vec_out = N % 8 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
   const bool vec_in = K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
-  if (vec_in) {
-    TiledGemmKernel<Shape, kMinBlocks, DenseSide><<<grid, Shape::kThreads, 0, stream>>>(x, w, y, T, K, N, vec_out);
-  } else {
-    TiledGemmKernel<Shape, kMinBlocks, ScalarSide><<<grid, Shape::kThreads, 0, stream>>>(x, w, y, T, K, N, vec_out);
-  }
+  const auto kernel = vec_in ? TiledGemmKernel<Shape, kMinBlocks, DenseSide> : TiledGemmKernel<Shape, kMinBlocks, ScalarSide>;
+  AllowShared<Shape>(kernel);
+  kernel<<<grid, Shape::kThreads, Shape::kSharedBytes, stream>>>(x, w, y, T, K, N, vec_out);
 }
 
 }  // namespace q38::cuda::gemm

@@ -1,7 +1,8 @@
 // Lab bench of the routed experts on one GPU (kernels/testing/bench_timing.h): cuda::RoutedExperts
 // with NVFP4 weights at the full-size shapes (512 experts, top-10, H = 2560, I = 640 split over TP
 // 1, 2 and 4), one token (decode: gate/up, down and combine, in a CUDA graph of 40 calls as a
-// decode step makes them, eagerly in brackets) and 8,192 tokens (prefill: the grouped WMMA route).
+// decode step makes them, eagerly in brackets) and 8,192 tokens (prefill: the grouped WMMA route on
+// each of its block tiles, each checked bitwise against the route's own).
 // Each call routes to other experts (64 seeded routings in turn), so the weights come from DRAM.
 // Prints µs per call, GB/s of expert weights read against the measured stream read (decode) and
 // useful TFLOP/s against the measured WMMA rate (prefill), and a digest of the output bits of one
@@ -225,8 +226,8 @@ int Run(Bench& b) {
   const double stream_gbs = b.StreamReadGBs(), wmma = b.WmmaTflops();
   std::printf("\nstream read %.0f GB/s, WMMA FP16 %.0f TFLOP/s (measured here)\n", stream_gbs, wmma);
   std::printf("\n## Routed experts, NVFP4, 512 experts, top-10, H = 2560\n\n"
-              "| TP | I | tokens | µs per call (eager) | weights GB/s | share of stream read | useful TFLOP/s | share of WMMA | output digest |\n"
-              "|---|---|---|---|---|---|---|---|---|\n");
+              "| TP | I | tokens | grouped tile | µs per call (eager) | weights GB/s | share of stream read | useful TFLOP/s | share of WMMA | output digest |\n"
+              "|---|---|---|---|---|---|---|---|---|---|\n");
   for (int tp : {1, 2, 4}) {
     const int64_t I = kIntermediate / tp;
     const Projection gate_up(2 * I, kHidden, 10 + tp, s), down(kHidden, I, 20 + tp, s);
@@ -242,20 +243,21 @@ int Run(Bench& b) {
       }
       Q38_CUDA_LAUNCHED();
       const cuda::ExpertScratch scratch{act.p, pair_out.p, groups.p};
+      cuda::GroupedTile tile = cuda::kGroupedTiles[0];  // the route's
       const bench::Launch call = [&](int i, cudaStream_t st) {
         const int r = i % routings;
         cuda::RoutedExperts(h.p, idx.p + r * T * kTopK, w.p + r * T * kTopK, gate_up.View(I), down.View(kHidden), out.p,
-                            scratch, T, kTopK, kExperts, st);
+                            scratch, T, kTopK, kExperts, st, {}, tile);
       };
       call(0, s);
       Q38_CUDA_CHECK(cudaStreamSynchronize(s));
       const uint64_t digest = Digest(out.p, T * kHidden);
       const int iters = T == 1 ? 40 : 2;
-      const Timing g = b.Graph(iters, call), e = b.Eager(iters, call);
       const double bytes = T == 1 ? kTopK * (gate_up.BytesPerExpert() + down.BytesPerExpert()) : 0;
       const double flops = 2.0 * T * kTopK * (2 * I * kHidden + kHidden * I);
       if (T == 1) {
-        std::printf("| %d | %lld | 1 | %.2f (%.2f) | %.0f | %.1f%% | | | %016llx |\n", tp, static_cast<long long>(I),
+        const Timing g = b.Graph(iters, call), e = b.Eager(iters, call);
+        std::printf("| %d | %lld | 1 | | %.2f (%.2f) | %.0f | %.1f%% | | | %016llx |\n", tp, static_cast<long long>(I),
                     g.median_us, e.median_us, bytes / (g.median_us * 1e3), 100 * bytes / (g.median_us * 1e3) / stream_gbs,
                     static_cast<unsigned long long>(digest));
         DeviceArray<__half> shared(kHidden), gate(1);
@@ -283,9 +285,19 @@ int Run(Bench& b) {
                       b.Graph(iters, fused).median_us, same ? "bitwise" : "MISMATCH");
         shared_rows.emplace_back(line);
       } else {
-        std::printf("| %d | %lld | %lld | %.0f (%.0f) | | | %.1f | %.1f%% | %016llx |\n", tp, static_cast<long long>(I),
-                    static_cast<long long>(T), g.median_us, e.median_us, flops / (g.median_us * 1e6),
-                    100 * flops / (g.median_us * 1e6) / wmma, static_cast<unsigned long long>(digest));
+        // Every tile of the grouped route; each must give the route's output bit for bit.
+        for (const cuda::GroupedTile t : cuda::kGroupedTiles) {
+          tile = t;
+          call(0, s);
+          Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+          const uint64_t got = Digest(out.p, T * kHidden);
+          failures += got == digest ? 0 : 1;
+          const Timing g = b.Graph(iters, call), e = b.Eager(iters, call);
+          std::printf("| %d | %lld | %lld | %s | %.0f (%.0f) | | | %.1f | %.1f%% | %016llx%s |\n", tp,
+                      static_cast<long long>(I), static_cast<long long>(T), cuda::GroupedTileName(t), g.median_us,
+                      e.median_us, flops / (g.median_us * 1e6), 100 * flops / (g.median_us * 1e6) / wmma,
+                      static_cast<unsigned long long>(got), got == digest ? "" : " MISMATCH");
+        }
       }
       std::fflush(stdout);
     }

@@ -148,9 +148,10 @@ __global__ void GroupPairsKernel(const int32_t* __restrict__ idx, int64_t pairs,
   for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) order[atomicAdd(&cursor[idx[p]], 1)] = static_cast<int32_t>(p);
 }
 
-// The grouped GEMM's block tile: 64 slots (pairs of one expert) × 128 columns by 8 warps of
-// 32×32, pipelined (kernels/cuda/wmma_pipeline.cuh).
-using ExpertTile = TileShape<kExpertTileRows, 128, 2, 4>;
+// The grouped GEMM's block tiles (GroupedTile), pipelined (kernels/cuda/wmma_pipeline.cuh): 64
+// slots (pairs of one expert) × 128 columns by 8 warps of 32×32, in steps of 64 or 32 columns.
+using ExpertTile64x128k64w8 = TileShape<kExpertTileRows, 128, 2, 4, 64>;
+using ExpertTile64x128w8 = TileShape<kExpertTileRows, 128, 2, 4>;
 
 // The slots' rows of x: x[pair / a_div], zeros for a slot past the expert's pairs.
 struct PairRows {
@@ -201,15 +202,16 @@ struct ExpertColumns {
 };
 
 // One tile of 64 slots of one expert (blockIdx.y: the tile in GroupPairsKernel's numbering;
-// blocks past the last tile return) × 128 columns of its projection. A's rows are x[pair / a_div]:
+// blocks past the last tile return) × Shape::kBN columns of its projection. A's rows are x[pair / a_div]:
 // the token's hidden state for gate_up (a_div = k), the pair's activation for down (a_div = 1).
-// kSwiGlu: the columns are 64 intermediate indices' gate and up rows, and the tile writes
+// kSwiGlu: the columns are kBN / 2 intermediate indices' gate and up rows, and the tile writes
 // act[pair, i] = silu(gate)·up; otherwise it writes pair_out[pair, n] in FP32.
-template <typename Rows, bool kSwiGlu>
-__global__ void __launch_bounds__(ExpertTile::kThreads, 2)
+template <typename Shape, typename Rows, bool kSwiGlu>
+__global__ void __launch_bounds__(Shape::kThreads, 2)
     GroupedExpertKernel(const __half* __restrict__ x, int64_t a_div, const int32_t* __restrict__ groups, int64_t E,
                         Rows rows, __half* __restrict__ act, float* __restrict__ pair_out) {
-  __shared__ PipelineShared<ExpertTile> s;
+  static_assert(Shape::kBM == kExpertTileRows && Shape::kThreads >= kExpertTileRows, "a thread a slot");
+  PipelineShared<Shape> s{DynamicShared()};
   __shared__ int32_t pair_of[kExpertTileRows];
   const int32_t *start = groups, *tile_start = groups + E + 1, *order = groups + 2 * (E + 1);
   const int32_t tile = blockIdx.y;
@@ -224,15 +226,15 @@ __global__ void __launch_bounds__(ExpertTile::kThreads, 2)
   if (threadIdx.x < kExpertTileRows) pair_of[threadIdx.x] = threadIdx.x < valid ? order[s0 + threadIdx.x] : -1;
   __syncthreads();
   const int64_t K = rows.K, I = rows.N / 2;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * (kSwiGlu ? ExpertTile::kBN / 2 : ExpertTile::kBN);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * (kSwiGlu ? Shape::kBN / 2 : Shape::kBN);
   const PairRows a{x, pair_of, a_div, K};
   const ExpertColumns<Rows, kSwiGlu> b{rows, e, n0};
   // A 16 × 32 slice: lane l takes row l / 2 and half of the slice's outputs.
-  PipelinedTile<ExpertTile>(s, K, a, b, [&](const float* slice, int m, int n, int lane) {
+  PipelinedTile<Shape>(s, K, a, b, [&](const float* slice, int m, int n, int lane) {
     const int r = lane / 2;
     if (m + r >= valid) return;
     const int64_t p = pair_of[m + r];
-    const float* src = slice + r * ExpertTile::kOutLd;
+    const float* src = slice + r * Shape::kOutLd;
     if constexpr (kSwiGlu) {
       const int64_t i0 = n0 + n / 2;
 #pragma unroll
@@ -274,22 +276,38 @@ bool DownChunked(const Rows& down, const int32_t* idx, ExpertScratch s, int64_t 
   }
 }
 
+// Both grouped GEMMs on one tile shape: gate/up with SiLU·up into act, down into pair_out.
+template <typename Shape, typename Rows>
+void LaunchGrouped(const __half* h, const Rows& gate_up, const Rows& down, ExpertScratch s, int64_t k, int64_t E,
+                   int64_t tiles, cudaStream_t stream) {
+  const int64_t I = down.K, H = down.N;
+  AllowShared<Shape>(GroupedExpertKernel<Shape, Rows, true>);
+  AllowShared<Shape>(GroupedExpertKernel<Shape, Rows, false>);
+  GroupedExpertKernel<Shape, Rows, true>
+      <<<dim3(CeilDiv(I, Shape::kBN / 2), tiles), Shape::kThreads, Shape::kSharedBytes, stream>>>(h, k, s.groups, E,
+                                                                                                  gate_up, s.act, nullptr);
+  Q38_CUDA_LAUNCHED();
+  GroupedExpertKernel<Shape, Rows, false><<<dim3(CeilDiv(H, Shape::kBN), tiles), Shape::kThreads, Shape::kSharedBytes,
+                                            stream>>>(s.act, 1, s.groups, E, down, nullptr, s.pair_out);
+  Q38_CUDA_LAUNCHED();
+}
+
 template <typename Rows>
 void RunExperts(const __half* h, const int32_t* idx, const __half* w, const Rows& gate_up, const Rows& down,
                 __half* out, ExpertScratch s, int64_t T, int64_t k, int64_t E, cudaStream_t stream,
-                GatedShared shared) {
+                GatedShared shared, GroupedTile tile) {
   const int64_t I = down.K, H = down.N, pairs = T * k;
   if (T > kPairwiseMaxTokens) {
     const int64_t tiles = CeilDiv(pairs, kExpertTileRows) + E;  // bounds Σ_e ⌈count_e / 64⌉
     CHECK_LE(tiles, 65535) << "too many expert tiles for one grid";
     GroupPairsKernel<<<1, 1024, 2 * E * sizeof(int32_t), stream>>>(idx, pairs, E, s.groups);
     Q38_CUDA_LAUNCHED();
-    GroupedExpertKernel<Rows, true><<<dim3(CeilDiv(I, ExpertTile::kBN / 2), tiles), ExpertTile::kThreads, 0, stream>>>(
-        h, k, s.groups, E, gate_up, s.act, nullptr);
-    Q38_CUDA_LAUNCHED();
-    GroupedExpertKernel<Rows, false><<<dim3(CeilDiv(H, ExpertTile::kBN), tiles), ExpertTile::kThreads, 0, stream>>>(
-        s.act, 1, s.groups, E, down, nullptr, s.pair_out);
-    Q38_CUDA_LAUNCHED();
+    switch (tile) {
+      case GroupedTile::k64x128k64w8:
+        LaunchGrouped<ExpertTile64x128k64w8>(h, gate_up, down, s, k, E, tiles, stream);
+        break;
+      case GroupedTile::k64x128w8: LaunchGrouped<ExpertTile64x128w8>(h, gate_up, down, s, k, E, tiles, stream); break;
+    }
   } else {
     moe_decode::LaunchGateUp<Rows, kDecodeGateUp.rows, kDecodeGateUp.ahead>(h, idx, gate_up, s.act, pairs, k, stream);
     Q38_CUDA_LAUNCHED();
@@ -328,9 +346,17 @@ void RouterTopK(const __half* logits, int32_t* idx, __half* w, int64_t T, int64_
   Q38_CUDA_LAUNCHED();
 }
 
+const char* GroupedTileName(GroupedTile tile) {
+  switch (tile) {
+    case GroupedTile::k64x128k64w8: return "64x128k64w8";
+    case GroupedTile::k64x128w8: return "64x128w8";
+  }
+  return "?";
+}
+
 void RoutedExperts(const __half* h, const int32_t* idx, const __half* w, const ExpertProjection& gate_up,
                    const ExpertProjection& down, __half* out, ExpertScratch scratch, int64_t T, int64_t k, int64_t E,
-                   cudaStream_t stream, GatedShared shared) {
+                   cudaStream_t stream, GatedShared shared, GroupedTile tile) {
   CHECK(gate_up.K % 16 == 0 && down.K % 16 == 0) << "expert K must be a multiple of 16";
   CHECK(reinterpret_cast<uintptr_t>(h) % 16 == 0 && reinterpret_cast<uintptr_t>(scratch.act) % 16 == 0)
       << "expert inputs must be 16-byte aligned";
@@ -338,10 +364,10 @@ void RoutedExperts(const __half* h, const int32_t* idx, const __half* w, const E
       << "expert codes must be 8-byte aligned";
   if (gate_up.dense != nullptr) {
     RunExperts(h, idx, w, moe_decode::DenseRows::Of(gate_up), moe_decode::DenseRows::Of(down), out, scratch, T, k, E,
-               stream, shared);
+               stream, shared, tile);
   } else {
     RunExperts(h, idx, w, moe_decode::Nvfp4Rows::Of(gate_up), moe_decode::Nvfp4Rows::Of(down), out, scratch, T, k, E,
-               stream, shared);
+               stream, shared, tile);
   }
 }
 

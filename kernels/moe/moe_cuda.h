@@ -45,12 +45,19 @@ struct GatedShared {
   int64_t gate_stride = 1;
 };
 
+// The grouped route's block tile: 64 slots of one expert × 128 columns by 8 warps, K in steps of
+// 64 columns (the route's: moe_bench, run K2, 1.12–1.20× the steps of 32) or 32. The tile changes
+// the speed only: every tile sums each output in one order.
+enum class GroupedTile { k64x128k64w8, k64x128w8 };
+inline constexpr GroupedTile kGroupedTiles[] = {GroupedTile::k64x128k64w8, GroupedTile::k64x128w8};
+const char* GroupedTileName(GroupedTile tile);
+
 // out [T, H] = Σ_j w[t,j] · down_e(silu(gate_e(h)) ⊙ up_e(h)), e = idx[t,j] < E, rounded to FP16,
 // then (with shared) AddSigmoidGated's out + sigmoid(gate)·shared, rounded as it rounds; K of
-// gate_up and of down must be multiples of 16.
+// gate_up and of down must be multiples of 16. `tile`: the grouped route's (tests and the bench).
 void RoutedExperts(const __half* h, const int32_t* idx, const __half* w, const ExpertProjection& gate_up,
                    const ExpertProjection& down, __half* out, ExpertScratch scratch, int64_t T, int64_t k, int64_t E,
-                   cudaStream_t stream, GatedShared shared = {});
+                   cudaStream_t stream, GatedShared shared = {}, GroupedTile tile = GroupedTile::k64x128k64w8);
 
 void SiluMul(const __half* gu, __half* y, int64_t T, int64_t I, cudaStream_t stream);
 void AddSigmoidGated(__half* out, const __half* shared, const __half* gate_logit, int64_t gate_stride, int64_t T,

@@ -1,9 +1,11 @@
 // MoE on the GPU against the reference: router top-k (indices exact, ties to the lower id), the
 // routed experts with NVFP4 weights dequantized in the kernel and with dense weights, at the
 // model's H and I with fewer experts, and at small awkward sizes, alone and with the gated shared
-// expert added in the same kernel (ExpertsAndShared); the shared expert's helpers.
+// expert added in the same kernel (ExpertsAndShared); every tile of the grouped route; the shared
+// expert's helpers.
 #include <random>
 
+#include "kernels/moe/moe_cuda.h"
 #include "kernels/testing/backend_pair.h"
 
 namespace q38 {
@@ -82,6 +84,31 @@ void ExpectSameExperts(BackendPair& b, int64_t T, int64_t E, int64_t k, int64_t 
   b.gpu().RoutedExperts(h.gpu.t(), idx.gpu.t(), w.gpu.t(), gpu_e, out.gpu.t());
   // The FP16 intermediate (silu(gate)·up) adds one rounding on the way.
   EXPECT_TRUE(b.Matches(out, 4)) << (nvfp4 ? "nvfp4" : "dense") << " T " << T << " H " << H << " I " << I;
+
+  // Every tile of the grouped route, bitwise against the backend's (the tile changes no sum).
+  if (T > cuda::kPairwiseMaxTokens) {
+    const auto h16 = [](const cuda_test::Twin& t) { return static_cast<const __half*>(t.gpu.t().data); };
+    const auto u8 = [](const cuda_test::Twin& t) { return static_cast<const uint8_t*>(t.gpu.t().data); };
+    const auto f32 = [](const cuda_test::Twin& t) { return static_cast<const float*>(t.gpu.t().data); };
+    cuda::ExpertProjection gu, dn;
+    if (nvfp4) {
+      gu = {u8(gu_c), u8(gu_s), f32(g_gate), f32(g_up), I, nullptr, 2 * I, H};
+      dn = {u8(dn_c), u8(dn_s), f32(g_down), f32(g_down), H, nullptr, H, I};
+    } else {
+      gu = {nullptr, nullptr, nullptr, nullptr, 0, h16(gu_d), 2 * I, H};
+      dn = {nullptr, nullptr, nullptr, nullptr, 0, h16(dn_d), H, I};
+    }
+    Buffer act = b.gpu().Alloc(DType::kF16, {T * k, I}), pair_out = b.gpu().Alloc(DType::kF32, {T * k, H});
+    Buffer groups = b.gpu().Alloc(DType::kI32, {cuda::ExpertGroupsInts(T * k, E)});
+    const cuda::ExpertScratch scratch{static_cast<__half*>(act.t().data), static_cast<float*>(pair_out.t().data),
+                                      static_cast<int32_t*>(groups.t().data)};
+    for (const cuda::GroupedTile tile : cuda::kGroupedTiles) {
+      auto tiled = b.Out({T, H});
+      cuda::RoutedExperts(h16(h), static_cast<const int32_t*>(idx.gpu.t().data), h16(w), gu, dn,
+                          static_cast<__half*>(tiled.gpu.t().data), scratch, T, k, E, b.gpu().stream(), {}, tile);
+      EXPECT_EQ(b.GpuFloats(tiled), b.GpuFloats(out)) << cuda::GroupedTileName(tile) << ", T " << T << " I " << I;
+    }
+  }
 
   // With the gated shared expert: against the reference, and bitwise against the GPU's composition.
   auto shared = b.Act(Normal(T * H, 12), {T, H});

@@ -48,6 +48,7 @@ ABSL_FLAG(int32_t, comm_timeout_ms, 0, "unused");
 ABSL_FLAG(std::string, cpu_comm, "", "unused");
 ABSL_FLAG(std::string, cpu_math, "", "unused");
 ABSL_FLAG(int32_t, cpu_threads, 0, "unused");
+ABSL_FLAG(std::string, cuda_grid_kernels, "", "unused");
 ABSL_FLAG(int32_t, heartbeat_ms, 0, "unused: every step sends its progress");
 
 namespace q38::fake {

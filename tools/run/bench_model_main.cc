@@ -60,7 +60,8 @@ absl::Status Main() {
   }
   nlohmann::json report = {{"model", dir.empty() ? "synthetic:" + synthetic : dir},
                            {"synthetic_weights", !synthetic.empty()},
-                           {"device", group.device}, {"decode_graph", group.model.decode_graph}, {"prompt_tokens", P}, {"decode_tokens", D}, {"repeats", repeats}, {"runs", nlohmann::json::array()}};
+                           {"device", group.device}, {"decode_graph", group.model.decode_graph},
+                           {"cuda_grid_kernels", group.cuda_grid_kernels}, {"prompt_tokens", P}, {"decode_tokens", D}, {"repeats", repeats}, {"runs", nlohmann::json::array()}};
   std::cout << "TP  prefill tok/s (median)  decode tok/s (median)  TPOT ms\n";
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_tp), ',')) {
     int tp;

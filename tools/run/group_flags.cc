@@ -13,6 +13,8 @@ ABSL_FLAG(std::string, cpu_comm, "inprocess",
 ABSL_FLAG(std::string, cpu_math, "fast", "CPU ranks' arithmetic: fast (FP32 SIMD, as the server's workers) or exact (the reference)");
 ABSL_FLAG(int32_t, cpu_threads, 0, "threads of each fast CPU rank (0: this host's cores shared out over the ranks)");
 ABSL_FLAG(bool, decode_graph, true, "replay each decode step as a recorded graph (CUDA graphs on GPUs)");
+ABSL_FLAG(std::string, cuda_grid_kernels, "all",
+          "CUDA ranks' decode kernels with grid-wide barriers: all (the indexer's selection at long context) or none");
 ABSL_FLAG(bool, processes, false,
           "ranks 1.. in processes of their own, as the server's workers (CUDA ranks sharing a GPU need it; with "
           "--device cuda one TP size a run)");
@@ -33,6 +35,7 @@ absl::StatusOr<LocalGroupOptions> LocalGroupOptionsFromFlags() {
   o.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   if (o.cpu_threads < 0) return absl::InvalidArgumentError("--cpu_threads: expected 0 (automatic) or more");
   o.model.decode_graph = absl::GetFlag(FLAGS_decode_graph);
+  o.cuda_grid_kernels = absl::GetFlag(FLAGS_cuda_grid_kernels);
   o.processes = absl::GetFlag(FLAGS_processes);
   return o;
 }

@@ -83,13 +83,15 @@ absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, uint6
       d.backend = options.cpu_backend ? options.cpu_backend() : MakeCpuBackend(options.cpu_math, cpu_threads);
       d.comm = std::move(comms[r]);
     } else if (staged) {
-      ASSIGN_OR_RETURN(d, OpenRankDevice({.device = "cuda", .gpu = options.gpus.empty() ? 0 : options.gpus[0]}));
+      ASSIGN_OR_RETURN(d, OpenRankDevice({.device = "cuda", .gpu = options.gpus.empty() ? 0 : options.gpus[0],
+                                          .cuda_grid_kernels = options.cuda_grid_kernels}));
       ASSIGN_OR_RETURN(d.comm, StageThroughHost(*d.backend, std::move(comms[r])));
     } else {
       ASSIGN_OR_RETURN(d, OpenRankDevice({.rank = r, .world = tp, .device = options.device,
                                           .gpu = options.gpus.empty() ? r : options.gpus[r],
                                           .rendezvous = rendezvous, .timeout_ms = kGroupTimeoutMs,
                                           .cpu_comm = options.cpu_comm, .cuda_comm = options.cuda_comm,
+                                          .cuda_grid_kernels = options.cuda_grid_kernels,
                                           .cpu_math = options.cpu_math, .cpu_threads = cpu_threads}));
     }
     ASSIGN_OR_RETURN(ModelWeights weights, RankWeights(config, store, seed, *d.backend, {r, tp}));

@@ -33,6 +33,8 @@ struct LocalGroupOptions {
   // or "host": every rank on GPU gpus[0] (default 0), collectives staged through host memory
   // (worker/comm/host_staged.h), without the decode graph, the sums as IPC's bit for bit.
   std::string cuda_comm = "auto";
+  // CUDA ranks' decode kernels with grid-wide barriers (kernels/cuda/cuda_backend.h GridKernels).
+  std::string cuda_grid_kernels = "all";
   // Ranks 1.. in processes of their own, forked before this process starts a thread or a GPU (as
   // the server's workers run: CUDA ranks on one GPU must be processes); rank 0 runs in this process,
   // so what fn keeps of rank 0 stays here. Not for in-process CPU groups or host staging.

@@ -150,9 +150,8 @@ Buffer Model::Attention(const AttentionWeights& w, const Tensor& h, const Tensor
   }
 
   Buffer o = Act({T, Hq, dh});
-  backend_.SelectedAttention(q.t(), s.k.t(), s.v.t(), sel.t(), positions, o.t(), ratio);
+  backend_.GatedSelectedAttention(q.t(), s.k.t(), s.v.t(), sel.t(), positions, gate.t(), o.t(), ratio);
   Tensor o_flat = o.t().Reshaped({T, Hq * dh});
-  backend_.SigmoidMul(o_flat, gate.t());
   Buffer out = Act({T, c.hidden_size});
   backend_.Linear(o_flat, w.o.t(), out.t());
   return out;
