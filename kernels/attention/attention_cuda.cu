@@ -1,10 +1,10 @@
 #include "kernels/attention/attention_cuda.h"
-#include "kernels/cuda/elementwise.h"
 #include "kernels/attention/attended_tokens.cuh"
 #include "kernels/attention/attention_decode_cuda.h"
 #include "kernels/attention/attention_prefill_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/elementwise.h"
 
 namespace q38::cuda {
 namespace {

@@ -151,7 +151,8 @@ int Sms() {
 int Blocks(int64_t heads, int64_t di, int64_t max_visible) {
   const int sms = Sms();
   const size_t smem = SharedBytes(heads, di, max_visible, sms);
-  if (smem > DynamicSharedLimit(IndexerSelectGridKernel)) return 0;
+  static const size_t limit = DynamicSharedLimit(IndexerSelectGridKernel);  // a property of the kernel
+  if (smem > limit) return 0;
   const int blocks = CoResidentBlocks(IndexerSelectGridKernel, kThreads, smem);
   return blocks >= sms ? blocks : 0;
 }

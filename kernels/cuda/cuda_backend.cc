@@ -321,21 +321,13 @@ class CudaBackendImpl final : public CudaBackend {
   }
   void SelectedAttention(const Tensor& q, const Tensor& kcache, const Tensor& vcache, const Tensor& sel,
                          const Tensor& positions, Tensor& o, int64_t ratio) override {
-    const cuda::SelectedAttentionDims d{q.dim(1), kcache.dim(1), q.dim(2), ratio, sel.dim(1)};
-    const int64_t T = q.dim(0);
-    Buffer scratch = Alloc(DType::kF32, {std::max<int64_t>(cuda::AttentionScratchFloats(T, d), 1)});
-    cuda::SelectedAttention(H(q), H(kcache), H(vcache), I32(sel), I64(positions), H(o), F(scratch.t()), T, d,
-                            stream_);
+    Attend(q, kcache, vcache, sel, positions, o, ratio, nullptr);
   }
   // The gate joins the merge of the splits (decode), else a SigmoidMul after the kernel.
   void GatedSelectedAttention(const Tensor& q, const Tensor& kcache, const Tensor& vcache, const Tensor& sel,
                               const Tensor& positions, const Tensor& gate, Tensor& o, int64_t ratio) override {
-    const cuda::SelectedAttentionDims d{q.dim(1), kcache.dim(1), q.dim(2), ratio, sel.dim(1)};
-    const int64_t T = q.dim(0);
     CHECK(gate.numel() == o.numel()) << "GatedSelectedAttention: a gate per output value";
-    Buffer scratch = Alloc(DType::kF32, {std::max<int64_t>(cuda::AttentionScratchFloats(T, d), 1)});
-    cuda::SelectedAttention(H(q), H(kcache), H(vcache), I32(sel), I64(positions), H(o), F(scratch.t()), T, d,
-                            stream_, H(gate));
+    Attend(q, kcache, vcache, sel, positions, o, ratio, H(gate));
   }
 
   void RouterTopK(const Tensor& logits, Tensor& idx, Tensor& w) override {
@@ -427,6 +419,16 @@ class CudaBackendImpl final : public CudaBackend {
   absl::Status Synchronize() override { return CudaStatus(cudaStreamSynchronize(stream_), "synchronize"); }
 
  private:
+  // SelectedAttention, times sigmoid(gate) where a gate is given.
+  void Attend(const Tensor& q, const Tensor& kcache, const Tensor& vcache, const Tensor& sel, const Tensor& positions,
+              Tensor& o, int64_t ratio, const __half* gate) {
+    const cuda::SelectedAttentionDims d{q.dim(1), kcache.dim(1), q.dim(2), ratio, sel.dim(1)};
+    const int64_t T = q.dim(0);
+    Buffer scratch = Alloc(DType::kF32, {std::max<int64_t>(cuda::AttentionScratchFloats(T, d), 1)});
+    cuda::SelectedAttention(H(q), H(kcache), H(vcache), I32(sel), I64(positions), H(o), F(scratch.t()), T, d,
+                            stream_, gate);
+  }
+
   void Experts(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& e, Tensor& out,
                cuda::GatedShared shared) {
     const int64_t T = Rows(h), k = idx.dim(-1), H_ = h.dim(-1), I = e.intermediate;
