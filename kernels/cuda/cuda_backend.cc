@@ -285,11 +285,13 @@ class CudaBackendImpl final : public CudaBackend {
                 Tensor& g) override {
     cuda::GdnGates(H(b), H(a), F(a_log), F(dt_bias), F(beta), F(g), Rows(b), b.dim(-1), stream_);
   }
-  // The recurrent kernel holds the state on chip across the call's tokens, so prefill runs it
-  // too; `chunked` selects nothing here.
+  // Calls of 32 tokens or more take the chunked form and calls below it the recurrent one,
+  // whatever `chunked` says (it picks the CPU's form).
   void GdnDeltaRule(const Tensor& qkv, const Tensor& beta, const Tensor& g, Tensor& state, Tensor& o,
                     int64_t key_heads, int64_t key_dim, bool /*chunked*/) override {
-    cuda::GdnDeltaRule(H(qkv), F(beta), F(g), F(state), H(o), Rows(qkv), key_heads, state.dim(0), key_dim,
+    const int64_t T = Rows(qkv), Hv = state.dim(0);
+    Buffer scratch = Alloc(DType::kF32, {std::max<int64_t>(cuda::GdnDeltaRuleScratchFloats(T, Hv), 1)});
+    cuda::GdnDeltaRule(H(qkv), F(beta), F(g), F(state), H(o), F(scratch.t()), T, key_heads, Hv, key_dim,
                        state.dim(2), stream_);
   }
 

@@ -36,7 +36,7 @@ constexpr int64_t kDk = 128, kDv = 128, kTaps = 4;
 struct Layers {
   int64_t Hk, Hv, C, V, T, copies;
   std::unique_ptr<DeviceArray<__half>> qkv, z, b, a, conv_w, conv_state, xc, o, y, norm;
-  std::unique_ptr<DeviceArray<float>> a_log, dt_bias, state, beta, g;
+  std::unique_ptr<DeviceArray<float>> a_log, dt_bias, state, beta, g, scratch;
   Layers(int64_t Hk_, int64_t Hv_, int64_t T_, cudaStream_t s) : Hk(Hk_), Hv(Hv_), T(T_) {
     C = 2 * Hk * kDk + Hv * kDv;
     V = Hv * kDv;
@@ -56,6 +56,7 @@ struct Layers {
     state = std::make_unique<DeviceArray<float>>(copies * Hv * kDk * kDv);
     beta = std::make_unique<DeviceArray<float>>(T * Hv);
     g = std::make_unique<DeviceArray<float>>(T * Hv);
+    scratch = std::make_unique<DeviceArray<float>>(std::max<int64_t>(cuda::GdnDeltaRuleScratchFloats(T, Hv), 1));
     FillHalfKernel<<<1024, 256, 0, s>>>(qkv->p, T * C, 1, 4.0f);
     FillHalfKernel<<<1024, 256, 0, s>>>(z->p, T * V, 2, 4.0f);
     FillHalfKernel<<<64, 256, 0, s>>>(b->p, T * Hv, 3, 4.0f);
@@ -76,7 +77,9 @@ struct Layers {
 
   void Conv(int i, cudaStream_t s) { cuda::CausalConv(qkv->p, ConvW(i), ConvState(i), xc->p, T, C, kTaps, 1, s); }
   void Gates(cudaStream_t s) { cuda::GdnGates(b->p, a->p, a_log->p, dt_bias->p, beta->p, g->p, T, Hv, s); }
-  void Delta(int i, cudaStream_t s) { cuda::GdnDeltaRule(xc->p, beta->p, g->p, State(i), o->p, T, Hk, Hv, kDk, kDv, s); }
+  void Delta(int i, cudaStream_t s) {
+    cuda::GdnDeltaRule(xc->p, beta->p, g->p, State(i), o->p, scratch->p, T, Hk, Hv, kDk, kDv, s);
+  }
   void Norm(cudaStream_t s) { cuda::GatedRmsNorm(o->p, z->p, norm->p, y->p, T, V, kDv, 1e-6f, false, s); }
   void All(int i, cudaStream_t s) {
     Conv(i, s);

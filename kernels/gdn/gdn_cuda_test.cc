@@ -25,8 +25,9 @@ TEST_P(GdnCuda, ManyCallsMatchReference) {
   auto alog = b.F32(a_log, {g.Hv}), dtb = b.F32(dt_bias, {g.Hv});
   auto state = b.F32(std::vector<float>(g.Hv * g.dk * g.dv, 0.0f), {g.Hv, g.dk, g.dv});
   uint32_t seed = 10;
-  // Below 32 tokens the recurrent kernel, from 32 the chunked one: exact, partial and several chunks.
-  for (int64_t T : {9, 1, 1, 40, 1, 3, 31, 32, 100, 1}) {
+  // Below 32 tokens the recurrent kernel, from 32 the chunked one: exact, partial and several
+  // chunks, and 300 tokens for the state carried through ten.
+  for (int64_t T : {9, 1, 1, 40, 1, 3, 31, 32, 100, 300, 1}) {
     auto qkv = b.Act(Normal(T * width, seed++), {T, width});
     auto bb = b.Act(Normal(T * g.Hv, seed++), {T, g.Hv}), aa = b.Act(Normal(T * g.Hv, seed++), {T, g.Hv});
     auto beta = b.Out({T, g.Hv}, DType::kF32), gate = b.Out({T, g.Hv}, DType::kF32);
