@@ -161,7 +161,9 @@ constexpr int64_t StateSmemFloats(int64_t dk) {
 
 // Warps of a state block: 16 at the model's dk (two chunk rows and dk/16 state rows a thread,
 // so that four warps a scheduler hide each other's shared-memory latency), fewer for small dk,
-// whose state rows move as float4.
+// whose state rows move as float4. Two blocks an SM, so TP1's 192 blocks run in one wave: at
+// dk = 128 that holds a thread to 64 registers, with 64 bytes spilled (8 warps spill nothing but
+// were slower at TP2 and TP4, run M2).
 template <int kDk>
 constexpr int kStateWarps = kDk >= 64 ? 16 : kDk / 4;
 
