@@ -332,7 +332,8 @@ void LaunchGdnChunked(const __half* qkv, const float* beta, const float* g, floa
   // dk = 128 needs 62 KB, past the 48 KB a block gets without asking (SM70 allows up to 96 KB).
   Q38_CUDA_CHECK(cudaFuncSetAttribute(GdnChunkStateKernel<kDk>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   const dim3 grid(static_cast<unsigned>(Hv), static_cast<unsigned>(CeilDiv(dv, kCols)));
-  GdnChunkStateKernel<kDk><<<grid, kStateWarps<kDk> * kWarp, bytes, stream>>>(qkv, beta, g, scratch, state, o, T, Hk, Hv, dv);
+  GdnChunkStateKernel<kDk><<<grid, kStateWarps<kDk> * kWarp, bytes, stream>>>(qkv, beta, g, scratch, state, o, T, Hk,
+                                                                             Hv, dv);
 }
 
 #define Q38_GDN_CHUNKED(dk)                                                                                       \
