@@ -89,14 +89,18 @@ __device__ __forceinline__ void StashHalfRun(const HalfRun& r, __half* dst) { *r
 // Runs the tile over K (a multiple of 8). a.Fetch / b.Fetch / Stash as above, rows within the
 // tile. Then, for each warp's fragment row i and fragment column pair (j, j + 1), the slice of
 // 16 rows × 32 columns of C (FP32, kOutLd floats a row) at tile row m and column n goes to
-// epilogue(slice, m, n, lane), by the warp's 32 lanes together.
+// epilogue(slice, m, n, lane), by the warp's 32 lanes together. Only A's first `valid_rows`
+// rows matter: a warp whose rows all lie past them skips its products (a ragged expert tile, the
+// last rows of a GEMM), and no slice of rows past them goes to the epilogue. (Skipping single
+// fragment rows inside the step's loop cost the dense GEMM a fifth of its speed: run N1.)
 template <typename Shape, typename SideA, typename SideB, typename Epilogue>
-__device__ __forceinline__ void PipelinedTile(PipelineShared<Shape>& s, int64_t K, const SideA& a, const SideB& b,
-                                              Epilogue epilogue) {
+__device__ __forceinline__ void PipelinedTile(PipelineShared<Shape>& s, int64_t K, int64_t valid_rows, const SideA& a,
+                                              const SideB& b, Epilogue epilogue) {
   using namespace nvcuda;
   constexpr int kFM = Shape::kFM, kFN = Shape::kFN, kBK = Shape::kBK, kLd = Shape::kLd;
   const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
   const int wm = (warp / Shape::kWarpsN) * Shape::kWM, wn = (warp % Shape::kWarpsN) * Shape::kWN;
+  const bool warp_rows = wm < valid_rows;  // warp-uniform
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kFM][kFN];
 #pragma unroll
   for (int i = 0; i < kFM; ++i)
@@ -140,17 +144,19 @@ __device__ __forceinline__ void PipelinedTile(PipelineShared<Shape>& s, int64_t 
   for (int64_t step = 0; step < steps; ++step) {
     const int stage = static_cast<int>(step & 1);
     if (step + 1 < steps) fetch((step + 1) * kBK);
+    if (warp_rows) {
 #pragma unroll
-    for (int kk = 0; kk < kBK; kk += 16) {
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb[kFN];
+      for (int kk = 0; kk < kBK; kk += 16) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb[kFN];
 #pragma unroll
-      for (int j = 0; j < kFN; ++j) wmma::load_matrix_sync(fb[j], s.B(stage, wn + 16 * j) + kk, kLd);
+        for (int j = 0; j < kFN; ++j) wmma::load_matrix_sync(fb[j], s.B(stage, wn + 16 * j) + kk, kLd);
 #pragma unroll
-      for (int i = 0; i < kFM; ++i) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
-        wmma::load_matrix_sync(fa, s.A(stage, wm + 16 * i) + kk, kLd);
+        for (int i = 0; i < kFM; ++i) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+          wmma::load_matrix_sync(fa, s.A(stage, wm + 16 * i) + kk, kLd);
 #pragma unroll
-        for (int j = 0; j < kFN; ++j) wmma::mma_sync(acc[i][j], fa, fb[j], acc[i][j]);
+          for (int j = 0; j < kFN; ++j) wmma::mma_sync(acc[i][j], fa, fb[j], acc[i][j]);
+        }
       }
     }
     // The other buffer was last read in the step before, which the barrier below it closed.
@@ -161,6 +167,7 @@ __device__ __forceinline__ void PipelinedTile(PipelineShared<Shape>& s, int64_t 
   float* slice = s.Out(warp);
 #pragma unroll
   for (int i = 0; i < kFM; ++i) {
+    if (wm + 16 * i >= valid_rows) break;
 #pragma unroll
     for (int j = 0; j < kFN; j += 2) {
       wmma::store_matrix_sync(slice, acc[i][j], Shape::kOutLd, wmma::mem_row_major);

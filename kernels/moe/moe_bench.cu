@@ -2,7 +2,8 @@
 // with NVFP4 weights at the full-size shapes (512 experts, top-10, H = 2560, I = 640 split over TP
 // 1, 2 and 4), one token (decode: gate/up, down and combine, in a CUDA graph of 40 calls as a
 // decode step makes them, eagerly in brackets) and 8,192 tokens (prefill: the grouped WMMA route on
-// each of its block tiles, each checked bitwise against the route's own).
+// each of its block tiles, each checked bitwise against the route's own, and its two GEMMs timed
+// apart).
 // Each call routes to other experts (64 seeded routings in turn), so the weights come from DRAM.
 // Prints µs per call, GB/s of expert weights read against the measured stream read (decode) and
 // useful TFLOP/s against the measured WMMA rate (prefill), and a digest of the output bits of one
@@ -14,12 +15,13 @@
 // down's chunked kernel), checked bitwise against it, and the other lane-group shapes (1, 2 or 4
 // rows a lane group, a lane's first runs loaded ahead or not), checked bitwise where they sum in
 // the launched order and within 1e-3 of it where they do not.
-// Usage: moe_bench
+// Usage: moe_bench [--prefill]   (--prefill: the 8,192-token rows only, for a profiler)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -29,6 +31,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_decode.cuh"
+#include "kernels/moe/moe_grouped.cuh"
 #include "kernels/testing/bench_timing.h"
 #include "kernels/testing/device_array.cuh"
 
@@ -219,19 +222,38 @@ int DecodeKernels(Bench& b) {
   return failures;
 }
 
-int Run(Bench& b) {
+// The grouped route's two GEMMs apart on one tile shape, on the grouping RoutedExperts left in
+// `groups` for routing 0 (gate/up then down, each in a graph of `iters`): "µs (TFLOP/s)" each.
+template <typename Shape>
+std::string GroupedGemms(Bench& b, const Nvfp4& gate_up, const Nvfp4& down, const __half* h, const int32_t* idx,
+                         cuda::ExpertScratch s, int64_t T, int iters) {
+  const int64_t pairs = T * kTopK, tiles = cuda::moe_grouped::TileBound(pairs, kExperts, Shape::kBM);
+  cuda::moe_grouped::LaunchGroupPairs(idx, pairs, kExperts, Shape::kBM, s.groups, b.stream());
+  const Timing g = b.Graph(iters, [&](int, cudaStream_t st) {
+    cuda::moe_grouped::LaunchGateUp<Shape>(h, gate_up, s.groups, s.act, kTopK, kExperts, tiles, st);
+  });
+  const Timing d = b.Graph(iters, [&](int, cudaStream_t st) {
+    cuda::moe_grouped::LaunchDown<Shape>(s.act, down, s.groups, s.pair_out, kExperts, tiles, st);
+  });
+  const double flops = 2.0 * pairs * down.K * down.N;  // down's; gate/up's is twice it
+  return absl::StrFormat("%.0f (%.1f) | %.0f (%.1f)", g.median_us, 2 * flops / (g.median_us * 1e6), d.median_us,
+                         flops / (d.median_us * 1e6));
+}
+
+int Run(Bench& b, bool prefill_only) {
   const cudaStream_t s = b.stream();
   int failures = 0;
   std::vector<std::string> shared_rows;
   const double stream_gbs = b.StreamReadGBs(), wmma = b.WmmaTflops();
   std::printf("\nstream read %.0f GB/s, WMMA FP16 %.0f TFLOP/s (measured here)\n", stream_gbs, wmma);
   std::printf("\n## Routed experts, NVFP4, 512 experts, top-10, H = 2560\n\n"
-              "| TP | I | tokens | grouped tile | µs per call (eager) | weights GB/s | share of stream read | useful TFLOP/s | share of WMMA | output digest |\n"
-              "|---|---|---|---|---|---|---|---|---|---|\n");
+              "| TP | I | tokens | grouped tile | µs per call (eager) | weights GB/s | share of stream read | useful TFLOP/s | share of WMMA | gate/up µs (TFLOP/s) | down µs (TFLOP/s) | output digest |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int tp : {1, 2, 4}) {
     const int64_t I = kIntermediate / tp;
     const Projection gate_up(2 * I, kHidden, 10 + tp, s), down(kHidden, I, 20 + tp, s);
     for (int64_t T : {int64_t{1}, int64_t{8192}}) {
+      if (T == 1 && prefill_only) continue;
       const int routings = T == 1 ? kRoutings : 2;
       DeviceArray<__half> h(T * kHidden), out(T * kHidden), w(routings * T * kTopK);
       DeviceArray<int32_t> idx(routings * T * kTopK), groups(cuda::ExpertGroupsInts(T * kTopK, kExperts));
@@ -257,7 +279,7 @@ int Run(Bench& b) {
       const double flops = 2.0 * T * kTopK * (2 * I * kHidden + kHidden * I);
       if (T == 1) {
         const Timing g = b.Graph(iters, call), e = b.Eager(iters, call);
-        std::printf("| %d | %lld | 1 | | %.2f (%.2f) | %.0f | %.1f%% | | | %016llx |\n", tp, static_cast<long long>(I),
+        std::printf("| %d | %lld | 1 | | %.2f (%.2f) | %.0f | %.1f%% | | | | | %016llx |\n", tp, static_cast<long long>(I),
                     g.median_us, e.median_us, bytes / (g.median_us * 1e3), 100 * bytes / (g.median_us * 1e3) / stream_gbs,
                     static_cast<unsigned long long>(digest));
         DeviceArray<__half> shared(kHidden), gate(1);
@@ -293,15 +315,21 @@ int Run(Bench& b) {
           const uint64_t got = Digest(out.p, T * kHidden);
           failures += got == digest ? 0 : 1;
           const Timing g = b.Graph(iters, call), e = b.Eager(iters, call);
-          std::printf("| %d | %lld | %lld | %s | %.0f (%.0f) | | | %.1f | %.1f%% | %016llx%s |\n", tp,
+          const Nvfp4 gu = Nvfp4::Of(gate_up.View(I)), dn = Nvfp4::Of(down.View(kHidden));
+          const std::string apart =
+              t == cuda::GroupedTile::k64x128k64w8
+                  ? GroupedGemms<cuda::moe_grouped::Tile64x128k64w8>(b, gu, dn, h.p, idx.p, scratch, T, iters)
+                  : GroupedGemms<cuda::moe_grouped::Tile128x128k64w8>(b, gu, dn, h.p, idx.p, scratch, T, iters);
+          std::printf("| %d | %lld | %lld | %s | %.0f (%.0f) | | | %.1f | %.1f%% | %s | %016llx%s |\n", tp,
                       static_cast<long long>(I), static_cast<long long>(T), cuda::GroupedTileName(t), g.median_us,
                       e.median_us, flops / (g.median_us * 1e6), 100 * flops / (g.median_us * 1e6) / wmma,
-                      static_cast<unsigned long long>(got), got == digest ? "" : " MISMATCH");
+                      apart.c_str(), static_cast<unsigned long long>(got), got == digest ? "" : " MISMATCH");
         }
       }
       std::fflush(stdout);
     }
   }
+  if (prefill_only) return failures;
   std::printf("\n## With the gated shared expert, one token\n\nµs per call in a CUDA graph of 40.\n\n"
               "| TP | RoutedExperts + AddSigmoidGated | shared added in the combine | fused = composed |\n"
               "|---|---|---|---|\n");
@@ -313,4 +341,7 @@ int Run(Bench& b) {
 }  // namespace
 }  // namespace q38
 
-int main() { return q38::bench::BenchMain("moe_bench", "done", q38::Run); }
+int main(int argc, char** argv) {
+  const bool prefill_only = argc > 1 && std::strcmp(argv[1], "--prefill") == 0;
+  return q38::bench::BenchMain("moe_bench", "done", [&](q38::bench::Bench& b) { return q38::Run(b, prefill_only); });
+}

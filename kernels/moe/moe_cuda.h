@@ -45,11 +45,10 @@ struct GatedShared {
   int64_t gate_stride = 1;
 };
 
-// The grouped route's block tile: 64 slots of one expert × 128 columns by 8 warps, K in steps of
-// 64 columns (the route's: moe_bench, run K2, 1.12–1.20× the steps of 32) or 32. The tile changes
-// the speed only: every tile sums each output in one order.
-enum class GroupedTile { k64x128k64w8, k64x128w8 };
-inline constexpr GroupedTile kGroupedTiles[] = {GroupedTile::k64x128k64w8, GroupedTile::k64x128w8};
+// The grouped route's block tile: 64 or 128 slots of one expert × 128 columns by 8 warps, K in
+// steps of 64 columns. The tile changes the speed only: every tile sums each output in one order.
+enum class GroupedTile { k64x128k64w8, k128x128k64w8 };
+inline constexpr GroupedTile kGroupedTiles[] = {GroupedTile::k64x128k64w8, GroupedTile::k128x128k64w8};
 const char* GroupedTileName(GroupedTile tile);
 
 // out [T, H] = Σ_j w[t,j] · down_e(silu(gate_e(h)) ⊙ up_e(h)), e = idx[t,j] < E, rounded to FP16,

@@ -33,11 +33,11 @@ __device__ __forceinline__ float2 E2m1PairScaled(uint32_t c) {
 
 // E4M3 (FN) to FP32 through FP16 the same way: exponent and mantissa (eeee mmm) at FP16 bits
 // 13..7 make 2⁻⁸ × the value, subnormals included; 0x7F/0xFF stay NaN.
-__device__ __forceinline__ float E4m3Scaled(uint32_t b) {
-  if ((b & 0x7Fu) == 0x7Fu) return __uint_as_float(0x7fc00000u);
-  const unsigned short bits = static_cast<unsigned short>(((b & 0x7Fu) << 7) | ((b & 0x80u) << 8));
-  return __half2float(__ushort_as_half(bits));
+__device__ __forceinline__ __half E4m3ScaledHalf(uint32_t b) {
+  if ((b & 0x7Fu) == 0x7Fu) return __ushort_as_half(0x7e00);
+  return __ushort_as_half(static_cast<unsigned short>(((b & 0x7Fu) << 7) | ((b & 0x80u) << 8)));
 }
+__device__ __forceinline__ float E4m3Scaled(uint32_t b) { return __half2float(E4m3ScaledHalf(b)); }
 
 // An expert projection's weights as both routes read them. At(e, n) is row n of expert e;
 // Load<kCols> reads its columns j..j+kCols-1 (kCols 8 or 16, j a multiple of kCols: four or
@@ -112,7 +112,9 @@ struct Nvfp4Rows {
   // each product is exact (a code has at most 2 significant bits, a scale 4; 2⁻¹⁰ ≤ |value| ≤
   // 2688), so the tile holds the values code · scale as FP32 arithmetic would round them.
   __device__ __forceinline__ static void StashTile8(const TileRun& r, __half* out) {
-    const __half2 scale = __float2half2_rn(E4m3(r.scale)), unscale = __float2half2_rn(16384.0f);
+    // E4m3ScaledHalf is 2⁻⁸ × the scale; times 2⁸ it is the scale, exactly.
+    const __half2 scale = __hmul2(__half2half2(E4m3ScaledHalf(r.scale)), __float2half2_rn(256.0f));
+    const __half2 unscale = __float2half2_rn(16384.0f);
     const __half2 v[4] = {E2m1PairBits<0>(r.c), E2m1PairBits<1>(r.c), E2m1PairBits<2>(r.c), E2m1PairBits<3>(r.c)};
     __half2 o[4];  // codes 0..7 in column order: pair p holds codes p and p + 4
 #pragma unroll
