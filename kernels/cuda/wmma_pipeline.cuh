@@ -86,21 +86,32 @@ __device__ __forceinline__ HalfRun FetchHalfRun(const __half* row, int64_t k, in
 }
 __device__ __forceinline__ void StashHalfRun(const HalfRun& r, __half* dst) { *reinterpret_cast<uint4*>(dst) = r.v; }
 
+// Which of A's rows a tile computes. AllRows: every one (the dense GEMM, whose loads zero the
+// rows past T and whose epilogue skips them; a branch around the step's products, even a uniform
+// one, cost its schedule an eighth: run N2). FirstRows: the first n (a ragged expert tile): a
+// warp whose rows all lie past them skips its products, and no slice of rows past them goes to
+// the epilogue. (Skipping single fragment rows inside the step's loop cost a fifth: run N1.)
+struct AllRows {
+  __device__ static constexpr bool Has(int) { return true; }
+};
+struct FirstRows {
+  int n;
+  __device__ bool Has(int row) const { return row < n; }
+};
+
 // Runs the tile over K (a multiple of 8). a.Fetch / b.Fetch / Stash as above, rows within the
 // tile. Then, for each warp's fragment row i and fragment column pair (j, j + 1), the slice of
 // 16 rows × 32 columns of C (FP32, kOutLd floats a row) at tile row m and column n goes to
-// epilogue(slice, m, n, lane), by the warp's 32 lanes together. Only A's first `valid_rows`
-// rows matter: a warp whose rows all lie past them skips its products (a ragged expert tile, the
-// last rows of a GEMM), and no slice of rows past them goes to the epilogue. (Skipping single
-// fragment rows inside the step's loop cost the dense GEMM a fifth of its speed: run N1.)
-template <typename Shape, typename SideA, typename SideB, typename Epilogue>
-__device__ __forceinline__ void PipelinedTile(PipelineShared<Shape>& s, int64_t K, int64_t valid_rows, const SideA& a,
+// epilogue(slice, m, n, lane), by the warp's 32 lanes together. `rows` says which of A's rows
+// matter (AllRows, FirstRows below).
+template <typename Shape, typename Rows, typename SideA, typename SideB, typename Epilogue>
+__device__ __forceinline__ void PipelinedTile(PipelineShared<Shape>& s, int64_t K, Rows rows, const SideA& a,
                                               const SideB& b, Epilogue epilogue) {
   using namespace nvcuda;
   constexpr int kFM = Shape::kFM, kFN = Shape::kFN, kBK = Shape::kBK, kLd = Shape::kLd;
   const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
   const int wm = (warp / Shape::kWarpsN) * Shape::kWM, wn = (warp % Shape::kWarpsN) * Shape::kWN;
-  const bool warp_rows = wm < valid_rows;  // warp-uniform
+  const bool warp_rows = rows.Has(wm);  // warp-uniform
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kFM][kFN];
 #pragma unroll
   for (int i = 0; i < kFM; ++i)
@@ -167,7 +178,7 @@ __device__ __forceinline__ void PipelinedTile(PipelineShared<Shape>& s, int64_t 
   float* slice = s.Out(warp);
 #pragma unroll
   for (int i = 0; i < kFM; ++i) {
-    if (wm + 16 * i >= valid_rows) break;
+    if (!rows.Has(wm + 16 * i)) break;
 #pragma unroll
     for (int j = 0; j < kFN; j += 2) {
       wmma::store_matrix_sync(slice, acc[i][j], Shape::kOutLd, wmma::mem_row_major);

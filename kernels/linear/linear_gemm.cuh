@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(Shape::kThreads, kMinBlocks)
   PipelineShared<Shape> s{DynamicShared()};
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * Shape::kBM, n0 = static_cast<int64_t>(blockIdx.x) * Shape::kBN;
   const Side a{x + m0 * K, T - m0, K}, b{w + n0 * K, N - n0, K};
-  PipelinedTile<Shape>(s, K, T - m0, a, b, [&](const float* slice, int m, int n, int lane) {
+  PipelinedTile<Shape>(s, K, AllRows{}, a, b, [&](const float* slice, int m, int n, int lane) {
     StoreSlice(slice, Shape::kOutLd, y, T, N, m0 + m, n0 + n, lane, vec_out);
   });
 }

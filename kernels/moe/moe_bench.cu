@@ -1,9 +1,9 @@
 // Lab bench of the routed experts on one GPU (kernels/testing/bench_timing.h): cuda::RoutedExperts
 // with NVFP4 weights at the full-size shapes (512 experts, top-10, H = 2560, I = 640 split over TP
 // 1, 2 and 4), one token (decode: gate/up, down and combine, in a CUDA graph of 40 calls as a
-// decode step makes them, eagerly in brackets) and 8,192 tokens (prefill: the grouped WMMA route on
-// each of its block tiles, each checked bitwise against the route's own, and its two GEMMs timed
-// apart).
+// decode step makes them, eagerly in brackets), 2,048 and 8,192 tokens (prefill: the grouped WMMA
+// route on each of its block tiles, each checked bitwise against the route's own, and its two
+// GEMMs timed apart).
 // Each call routes to other experts (64 seeded routings in turn), so the weights come from DRAM.
 // Prints µs per call, GB/s of expert weights read against the measured stream read (decode) and
 // useful TFLOP/s against the measured WMMA rate (prefill), and a digest of the output bits of one
@@ -15,7 +15,7 @@
 // down's chunked kernel), checked bitwise against it, and the other lane-group shapes (1, 2 or 4
 // rows a lane group, a lane's first runs loaded ahead or not), checked bitwise where they sum in
 // the launched order and within 1e-3 of it where they do not.
-// Usage: moe_bench [--prefill]   (--prefill: the 8,192-token rows only, for a profiler)
+// Usage: moe_bench [--prefill]   (--prefill: the prefill rows only, for a profiler)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -252,7 +252,7 @@ int Run(Bench& b, bool prefill_only) {
   for (int tp : {1, 2, 4}) {
     const int64_t I = kIntermediate / tp;
     const Projection gate_up(2 * I, kHidden, 10 + tp, s), down(kHidden, I, 20 + tp, s);
-    for (int64_t T : {int64_t{1}, int64_t{8192}}) {
+    for (int64_t T : {int64_t{1}, int64_t{2048}, int64_t{8192}}) {
       if (T == 1 && prefill_only) continue;
       const int routings = T == 1 ? kRoutings : 2;
       DeviceArray<__half> h(T * kHidden), out(T * kHidden), w(routings * T * kTopK);
@@ -316,10 +316,10 @@ int Run(Bench& b, bool prefill_only) {
           failures += got == digest ? 0 : 1;
           const Timing g = b.Graph(iters, call), e = b.Eager(iters, call);
           const Nvfp4 gu = Nvfp4::Of(gate_up.View(I)), dn = Nvfp4::Of(down.View(kHidden));
-          const std::string apart =
-              t == cuda::GroupedTile::k64x128k64w8
-                  ? GroupedGemms<cuda::moe_grouped::Tile64x128k64w8>(b, gu, dn, h.p, idx.p, scratch, T, iters)
-                  : GroupedGemms<cuda::moe_grouped::Tile128x128k64w8>(b, gu, dn, h.p, idx.p, scratch, T, iters);
+          std::string apart;
+          cuda::moe_grouped::WithTile(t, [&](auto shape) {
+            apart = GroupedGemms<decltype(shape)>(b, gu, dn, h.p, idx.p, scratch, T, iters);
+          });
           std::printf("| %d | %lld | %lld | %s | %.0f (%.0f) | | | %.1f | %.1f%% | %s | %016llx%s |\n", tp,
                       static_cast<long long>(I), static_cast<long long>(T), cuda::GroupedTileName(t), g.median_us,
                       e.median_us, flops / (g.median_us * 1e6), 100 * flops / (g.median_us * 1e6) / wmma,

@@ -158,14 +158,9 @@ void RunExperts(const __half* h, const int32_t* idx, const __half* w, const Rows
                 GatedShared shared, GroupedTile tile) {
   const int64_t H = down.N, pairs = T * k;
   if (T > kPairwiseMaxTokens) {
-    switch (tile) {
-      case GroupedTile::k64x128k64w8:
-        RunGrouped<moe_grouped::Tile64x128k64w8>(h, idx, gate_up, down, s, pairs, k, E, stream);
-        break;
-      case GroupedTile::k128x128k64w8:
-        RunGrouped<moe_grouped::Tile128x128k64w8>(h, idx, gate_up, down, s, pairs, k, E, stream);
-        break;
-    }
+    moe_grouped::WithTile(tile, [&](auto shape) {
+      RunGrouped<decltype(shape)>(h, idx, gate_up, down, s, pairs, k, E, stream);
+    });
   } else {
     moe_decode::LaunchGateUp<Rows, kDecodeGateUp.rows, kDecodeGateUp.ahead>(h, idx, gate_up, s.act, pairs, k, stream);
     Q38_CUDA_LAUNCHED();

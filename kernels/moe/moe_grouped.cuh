@@ -60,6 +60,15 @@ inline void LaunchGroupPairs(const int32_t* idx, int64_t pairs, int64_t E, int t
 using Tile64x128k64w8 = TileShape<64, 128, 2, 4, 64>;
 using Tile128x128k64w8 = TileShape<128, 128, 2, 4, 64>;
 
+// f(Shape{}) on the shape of `tile`.
+template <typename F>
+void WithTile(GroupedTile tile, F f) {
+  switch (tile) {
+    case GroupedTile::k64x128k64w8: return f(Tile64x128k64w8{});
+    case GroupedTile::k128x128k64w8: return f(Tile128x128k64w8{});
+  }
+}
+
 // The tile's rows of x, one pointer a slot in shared memory, resolved once a tile (x[pair /
 // a_div]; null, a row of zeros, for a slot past the expert's pairs).
 struct PairRows {
@@ -142,7 +151,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * (kSwiGlu ? Shape::kBN / 2 : Shape::kBN);
   const PairRows a{row_of, K};
   const ExpertColumns<Rows, kSwiGlu> b{rows, e, n0};
-  PipelinedTile<Shape>(s, K, valid, a, b, [&](const float* slice, int m, int n, int lane) {
+  PipelinedTile<Shape>(s, K, FirstRows{valid}, a, b, [&](const float* slice, int m, int n, int lane) {
     if constexpr (kSwiGlu) {
       // Lane l: row l / 2, 8 intermediate indices from (l % 2) · 8, one 16-byte store (I is a
       // multiple of 16, so the 8 lie inside I or past it together).
