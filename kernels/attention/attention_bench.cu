@@ -7,7 +7,12 @@
 //   merge alone against the merge as it stood before (one dependent load per split, three passes;
 //   kept here as "v0"), checked bitwise;
 // - the indexer's block selection (scores, then the top 512) at contexts from 8,192 to 262,144
-//   tokens: IndexerSelect's two kernels against IndexerSelectGrid's one, their ids compared.
+//   tokens: IndexerSelect's two kernels against IndexerSelectGrid's one, their ids compared;
+// - prefill attention, an 8,192-token prompt at TP1 and TP4 (each query attending its 512
+//   selected blocks, or every block before position 2,048, and its tail): the launched grouped
+//   kernel (GroupedAttention) against the one it replaced (attention_prefill_v0.cuh),
+//   outputs compared; µs a layer, useful TFLOP/s against the measured WMMA rate, and the key and
+//   value bytes the blocks read (from L2: one layer's cache is 16 MB at TP1).
 // The exit status is 1 if a check fails.
 // Usage: attention_bench
 #include <cuda_fp16.h>
@@ -20,6 +25,8 @@
 #include <vector>
 
 #include "kernels/attention/attention_cuda.h"
+#include "kernels/attention/attention_prefill_cuda.h"
+#include "kernels/attention/attention_prefill_v0.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/testing/bench_timing.h"
 #include "kernels/testing/device_array.cuh"
@@ -193,11 +200,75 @@ int SelectionTable(Bench& b) {
   return failures;
 }
 
-int Run(Bench& b) { return AttentionTable(b) + SelectionTable(b); }
+// Query t (at position t) of a prompt: its 512 selected blocks spread evenly over its complete
+// blocks in ascending order, or all of them where it has fewer; −1 after the last.
+__global__ void FillPrefillSelectionKernel(int32_t* sel, int64_t T) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= T * kMaxBlocks) return;
+  const int64_t t = i / kMaxBlocks, j = i % kMaxBlocks, complete = (t + 1) / kRatio;
+  sel[i] = complete <= kMaxBlocks ? (j < complete ? static_cast<int32_t>(j) : -1)
+                                  : static_cast<int32_t>(j * complete / kMaxBlocks);
+}
+
+int PrefillTable(Bench& b) {
+  const cudaStream_t s = b.stream();
+  constexpr int64_t kT = 8192;
+  const double wmma = b.WmmaTflops();
+  int failures = 0;
+  // Attended tokens over the prompt: the selected blocks' tokens and the tail of the query's own block.
+  double attended = 0;
+  for (int64_t t = 0; t < kT; ++t) attended += std::min((t + 1) / kRatio, kMaxBlocks) * kRatio + (t + 1) % kRatio;
+  std::printf("\n## Prefill attention, an 8,192-token prompt\n\n"
+              "µs a layer (eager, the median of batches of 2); useful TFLOP/s (Q·Kᵀ and P·V of the real query "
+              "heads) and its share of the WMMA rate (%.0f TFLOP/s measured); GB/s of key and value rows read by "
+              "the blocks. Largest gap: v0's output against the launched kernel's, relative to its largest "
+              "value.\n\n"
+              "| TP | q heads | KV heads | v0 µs | launched µs | v0 / launched | TFLOP/s | share of WMMA | K/V GB/s | "
+              "largest gap |\n|---|---|---|---|---|---|---|---|---|---|\n",
+              wmma);
+  for (int tp : {1, 4}) {
+    const cuda::SelectedAttentionDims d{24 / tp, tp == 1 ? 2 : 1, kHeadDim, kRatio, kMaxBlocks};
+    const int64_t width = kT * d.q_heads * kHeadDim, cache = kT * d.kv_heads * kHeadDim;
+    DeviceArray<__half> q(width), k(cache), v(cache), o(width), o_v0(width);
+    DeviceArray<int32_t> sel(kT * kMaxBlocks);
+    DeviceArray<int64_t> positions(kT);
+    FillHalfKernel<<<1024, 256, 0, s>>>(q.p, width, 6, 1.0f);
+    FillHalfKernel<<<1024, 256, 0, s>>>(k.p, cache, 7, 1.0f);
+    FillHalfKernel<<<1024, 256, 0, s>>>(v.p, cache, 8, 1.0f);
+    FillPrefillSelectionKernel<<<static_cast<unsigned>(kT * kMaxBlocks / 256), 256, 0, s>>>(sel.p, kT);
+    Q38_CUDA_LAUNCHED();
+    std::vector<int64_t> pos(kT);
+    for (int64_t t = 0; t < kT; ++t) pos[t] = t;
+    Q38_CUDA_CHECK(cudaMemcpyAsync(positions.p, pos.data(), kT * sizeof(int64_t), cudaMemcpyHostToDevice, s));
+    const bench::Launch launched = [&](int, cudaStream_t st) {
+      cuda::GroupedAttention(q.p, k.p, v.p, sel.p, positions.p, o.p, kT, d, st);
+    };
+    const bench::Launch v0 = [&](int, cudaStream_t st) {
+      cuda::prefill_v0::PrefillAttentionV0(q.p, k.p, v.p, sel.p, positions.p, o_v0.p, kT, d, st);
+      Q38_CUDA_LAUNCHED();
+    };
+    launched(0, s);
+    v0(0, s);
+    Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+    const double gap = LargestGap(Bits(o_v0.p, width), Bits(o.p, width));
+    failures += gap < 2e-3 ? 0 : 1;
+    const Timing told = b.Eager(2, v0, 3, 1), tnew = b.Eager(2, launched, 3, 1);
+    const double flops = attended * d.q_heads * kHeadDim * 4, bytes = attended * d.kv_heads * kHeadDim * 2 * 2;
+    std::printf("| %d | %lld | %lld | %.0f | %.0f | %.2f× | %.1f | %.1f%% | %.0f | %.1e%s |\n", tp,
+                static_cast<long long>(d.q_heads), static_cast<long long>(d.kv_heads), told.median_us, tnew.median_us,
+                told.median_us / tnew.median_us, flops / (tnew.median_us * 1e6),
+                100 * flops / (tnew.median_us * 1e6) / wmma, bytes / (tnew.median_us * 1e3), gap,
+                gap < 2e-3 ? "" : " MISMATCH");
+    std::fflush(stdout);
+  }
+  return failures;
+}
+
+int Run(Bench& b) { return AttentionTable(b) + SelectionTable(b) + PrefillTable(b); }
 
 }  // namespace
 }  // namespace q38
 
 int main() {
-  return q38::bench::BenchMain("attention_bench", "both split kernels agree; merge of now = v0; both selections agree", q38::Run);
+  return q38::bench::BenchMain("attention_bench", "both split kernels agree; merge of now = v0; both selections agree; both prefill kernels agree", q38::Run);
 }

@@ -10,84 +10,114 @@ namespace q38::cuda {
 namespace {
 
 constexpr int kRows = 16;   // query heads of one KV group, zero-padded: the WMMA M
-constexpr int kTile = 16;   // attended tokens per step: the WMMA N of Q·Kᵀ and K of P·V
+constexpr int kTile = 32;   // attended tokens a step: two WMMA N of Q·Kᵀ, two K of P·V
 constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * kWarp;
 constexpr int kPad = 8;     // halves; keeps fragment rows off one shared-memory bank
+constexpr int kPartLd = kTile + 4;
 
 template <int kDh>
 struct GroupShared {
-  __half q[kRows][kDh + kPad];
+  // The step's key and value rows; before the loop the group's queries, after it the output
+  // (FP32), both in k.
   __half k[kTile][kDh + kPad];
   __half v[kTile][kDh + kPad];
-  float partial[kWarps][kRows][kTile];  // each warp's share of Q·Kᵀ over its head_dim slices
-  __half p[kRows][kTile + kPad];        // this step's probabilities, unnormalized
-  float o[kRows][kDh + 4];              // the running output, rescaled as the maximum moves
+  float part[2][kRows][kPartLd];  // Q·Kᵀ over each half of head_dim
+  __half p[kRows][kTile + kPad];  // this step's probabilities, unnormalized
   float m[kRows], l[kRows], corr[kRows];
+  int64_t row[kTile];  // the step's attended tokens' offsets into the caches
 };
 static_assert(sizeof(GroupShared<256>) <= 48 * 1024, "static shared memory is at most 48 KB a block");
 
-// Block (query t, KV head): flash-style online softmax over the query's attended tokens, 16 at
-// a time. Q·Kᵀ splits head_dim over the warps (partial sums added through shared memory); P·V
-// gives each warp its own 16-column slices of the output, which it rescales and accumulates in
-// place. Scores and softmax in FP32, probabilities rounded to FP16 for the tensor cores.
+using Accumulator = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
+
+// Block (query t, KV head): flash-style online softmax over the query's attended tokens, 32 at
+// a time. Warp w computes Q·Kᵀ for tokens 16·(w % 2).. over half w / 2 of head_dim, its query
+// fragments held in registers for the whole loop; the halves meet in shared memory. For P·V
+// each warp keeps its 16-column slices of the output in accumulator fragments and rescales them
+// in registers as the maximum moves: the row of each fragment element is read once from a
+// fragment loaded with row numbers (the element order is the same for every accumulator of one
+// shape). Scores and softmax in FP32, probabilities rounded to FP16 for the tensor cores; the
+// normalizer sums the rounded probabilities that P·V multiplies.
 template <int kDh>
-__global__ void __launch_bounds__(kWarps * kWarp)
+__global__ void __launch_bounds__(kThreads, 3)
     GroupedAttentionKernel(const __half* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc,
                            const int32_t* __restrict__ sel, const int64_t* __restrict__ positions,
                            __half* __restrict__ o, SelectedAttentionDims d) {
   using namespace nvcuda;
   constexpr int kSlices = kDh / 16, kChunks = kDh / 8;  // 16-wide fragments; 8-half (16-byte) runs per row
+  constexpr int kHalf = kSlices / 2;                    // Q·Kᵀ slices a warp
+  constexpr int kOut = (kSlices + kWarps - 1) / kWarps;  // P·V output slices a warp
   __shared__ __align__(32) GroupShared<kDh> s;
   const int64_t t = blockIdx.x / d.kv_heads, kvh = blockIdx.x % d.kv_heads;
   const int64_t group = d.q_heads / d.kv_heads, h0 = kvh * group;
-  const int warp = threadIdx.x / kWarp;
-  const AttendedTokens att(sel + t * d.max_blocks, d.max_blocks, d.ratio, positions[t]);
+  const int tid = threadIdx.x, warp = tid / kWarp;
+  const int64_t n_sel = AttendedTokens::BlockCountSelected(sel + t * d.max_blocks, d.max_blocks);
+  const AttendedTokens att(sel + t * d.max_blocks, AttendedTokens::Counted{n_sel}, d.ratio, positions[t]);
   const uint4 zero = make_uint4(0, 0, 0, 0);
+  const auto offsets = [&](int64_t base) {  // the step's rows' cache offsets, by the first kTile threads
+    if (tid < kTile) s.row[tid] = base + tid < att.total ? (att[base + tid] * d.kv_heads + kvh) * kDh : -1;
+  };
 
-  for (int i = threadIdx.x; i < kRows * kChunks; i += blockDim.x) {
+  // The queries through shared memory into registers, and the row of each accumulator element.
+  for (int i = tid; i < kRows * kChunks; i += kThreads) {
     const int r = i / kChunks, c = (i % kChunks) * 8;
-    *reinterpret_cast<uint4*>(&s.q[r][c]) =
+    *reinterpret_cast<uint4*>(&s.k[r][c]) =
         r < group ? *reinterpret_cast<const uint4*>(q + ((t * d.q_heads + h0 + r) * kDh + c)) : zero;
   }
-  for (int i = threadIdx.x; i < kRows * kDh; i += blockDim.x) s.o[i / kDh][i % kDh] = 0.0f;
-  if (threadIdx.x < kRows) {
-    s.m[threadIdx.x] = -INFINITY;
-    s.l[threadIdx.x] = 0.0f;
+  for (int i = tid; i < kRows * 16; i += kThreads) s.part[0][i / 16][i % 16] = static_cast<float>(i / 16);
+  if (tid < kRows) {
+    s.m[tid] = -INFINITY;
+    s.l[tid] = 0.0f;
   }
+  offsets(0);
+  __syncthreads();
+  const int col = warp % 2, half = warp / 2;  // Q·Kᵀ: this warp's 16 tokens and half of head_dim
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> qa[kHalf];
+#pragma unroll
+  for (int f = 0; f < kHalf; ++f) wmma::load_matrix_sync(qa[f], &s.k[0][(half * kHalf + f) * 16], kDh + kPad);
+  int row_of[Accumulator::num_elements];
+  {
+    Accumulator rows;
+    wmma::load_matrix_sync(rows, &s.part[0][0][0], kPartLd, wmma::mem_row_major);
+#pragma unroll
+    for (int i = 0; i < rows.num_elements; ++i) row_of[i] = static_cast<int>(rows.x[i]);
+  }
+  Accumulator out[kOut];
+#pragma unroll
+  for (int j = 0; j < kOut; ++j) wmma::fill_fragment(out[j], 0.0f);
   const float scale = rsqrtf(static_cast<float>(kDh));
+  __syncthreads();  // the queries and row numbers are read before k and part are written
 
   for (int64_t base = 0; base < att.total; base += kTile) {
-    for (int i = threadIdx.x; i < kTile * kChunks; i += blockDim.x) {
+    for (int i = tid; i < kTile * kChunks; i += kThreads) {
       const int r = i / kChunks, c = (i % kChunks) * 8;
-      const bool in = base + r < att.total;
-      const int64_t off = in ? (att[base + r] * d.kv_heads + kvh) * kDh + c : 0;
-      *reinterpret_cast<uint4*>(&s.k[r][c]) = in ? *reinterpret_cast<const uint4*>(kc + off) : zero;
-      *reinterpret_cast<uint4*>(&s.v[r][c]) = in ? *reinterpret_cast<const uint4*>(vc + off) : zero;
+      const int64_t off = s.row[r];
+      *reinterpret_cast<uint4*>(&s.k[r][c]) = off >= 0 ? *reinterpret_cast<const uint4*>(kc + off + c) : zero;
+      *reinterpret_cast<uint4*>(&s.v[r][c]) = off >= 0 ? *reinterpret_cast<const uint4*>(vc + off + c) : zero;
     }
     __syncthreads();
+    offsets(base + kTile);  // row is read again only after the step's last barrier
     {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      Accumulator acc;
       wmma::fill_fragment(acc, 0.0f);
-      for (int f = warp; f < kSlices; f += kWarps) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> qa;
+#pragma unroll
+      for (int f = 0; f < kHalf; ++f) {
         wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> kb;
-        wmma::load_matrix_sync(qa, &s.q[0][f * 16], kDh + kPad);
-        wmma::load_matrix_sync(kb, &s.k[0][f * 16], kDh + kPad);
-        wmma::mma_sync(acc, qa, kb, acc);
+        wmma::load_matrix_sync(kb, &s.k[col * 16][(half * kHalf + f) * 16], kDh + kPad);
+        wmma::mma_sync(acc, qa[f], kb, acc);
       }
-      wmma::store_matrix_sync(&s.partial[warp][0][0], acc, kTile, wmma::mem_row_major);
+      wmma::store_matrix_sync(&s.part[half][0][col * 16], acc, kPartLd, wmma::mem_row_major);
     }
     __syncthreads();
     {
-      // Eight threads per query row, two tokens each.
-      const int r = threadIdx.x / 8, c = (threadIdx.x % 8) * 2;
-      float sc[2];
+      // Eight threads a query row, four tokens each.
+      const int r = tid / 8, c = (tid % 8) * 4;
+      float sc[4];
       float mx = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        float v = 0;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) v += s.partial[w][r][c + j];
+      for (int j = 0; j < 4; ++j) {
+        const float v = s.part[0][r][c + j] + s.part[1][r][c + j];
         sc[j] = base + c + j < att.total ? v * scale : -INFINITY;
         mx = fmaxf(mx, sc[j]);
       }
@@ -95,14 +125,14 @@ __global__ void __launch_bounds__(kWarps * kWarp)
       const float m_old = s.m[r], m_new = fmaxf(m_old, mx);
       float sum = 0;
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
+      for (int j = 0; j < 4; ++j) {
         const __half p = __float2half(sc[j] == -INFINITY ? 0.0f : __expf(sc[j] - m_new));
         s.p[r][c + j] = p;
-        sum += __half2float(p);  // the normalizer sums what P·V multiplies
+        sum += __half2float(p);
       }
       for (int x = 1; x < 8; x <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, x);
       __syncwarp();  // every lane has read m[r] before it changes
-      if (threadIdx.x % 8 == 0) {
+      if (tid % 8 == 0) {
         const float corr = __expf(m_old - m_new);  // 0 on the first step (m_old = −∞)
         s.corr[r] = corr;
         s.l[r] = s.l[r] * corr + sum;
@@ -111,25 +141,39 @@ __global__ void __launch_bounds__(kWarps * kWarp)
     }
     __syncthreads();
     {
-      const int lane = threadIdx.x % kWarp;
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> pa;
-      wmma::load_matrix_sync(pa, &s.p[0][0], kTile + kPad);
-      for (int f = warp; f < kSlices; f += kWarps) {
-        for (int i = lane; i < kRows * 16; i += kWarp) s.o[i / 16][f * 16 + i % 16] *= s.corr[i / 16];
-        __syncwarp();
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> vb;
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-        wmma::load_matrix_sync(vb, &s.v[0][f * 16], kDh + kPad);
-        wmma::load_matrix_sync(acc, &s.o[0][f * 16], kDh + 4, wmma::mem_row_major);
-        wmma::mma_sync(acc, pa, vb, acc);
-        wmma::store_matrix_sync(&s.o[0][f * 16], acc, kDh + 4, wmma::mem_row_major);
+      float corr[Accumulator::num_elements];
+#pragma unroll
+      for (int i = 0; i < Accumulator::num_elements; ++i) corr[i] = s.corr[row_of[i]];
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> pa[2];
+      wmma::load_matrix_sync(pa[0], &s.p[0][0], kTile + kPad);
+      wmma::load_matrix_sync(pa[1], &s.p[0][16], kTile + kPad);
+#pragma unroll
+      for (int j = 0; j < kOut; ++j) {
+        const int f = warp + j * kWarps;
+        if (f >= kSlices) break;
+#pragma unroll
+        for (int i = 0; i < out[j].num_elements; ++i) out[j].x[i] *= corr[i];
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> vb;
+          wmma::load_matrix_sync(vb, &s.v[kk * 16][f * 16], kDh + kPad);
+          wmma::mma_sync(out[j], pa[kk], vb, out[j]);
+        }
       }
     }
-    __syncthreads();  // k, v, partial and p are rewritten by the next step
+    __syncthreads();  // k, v, part, p and corr are rewritten by the next step
   }
-  for (int i = threadIdx.x; i < group * kDh; i += blockDim.x) {
+  static_assert(sizeof(float) * kRows * (kDh + 4) <= sizeof(s.k), "the output fits k");
+  float* result = reinterpret_cast<float*>(&s.k[0][0]);  // [kRows][kDh + 4]
+#pragma unroll
+  for (int j = 0; j < kOut; ++j) {
+    const int f = warp + j * kWarps;
+    if (f < kSlices) wmma::store_matrix_sync(result + f * 16, out[j], kDh + 4, wmma::mem_row_major);
+  }
+  __syncthreads();
+  for (int i = tid; i < group * kDh; i += kThreads) {
     const int r = i / kDh, c = i % kDh;
-    o[(t * d.q_heads + h0 + r) * kDh + c] = __float2half(s.o[r][c] / s.l[r]);
+    o[(t * d.q_heads + h0 + r) * kDh + c] = __float2half(result[r * (kDh + 4) + c] / s.l[r]);
   }
 }
 
@@ -147,7 +191,7 @@ void GroupedAttention(const __half* q, const __half* kcache, const __half* vcach
                       const int64_t* positions, __half* o, int64_t T, const SelectedAttentionDims& d,
                       cudaStream_t stream) {
   const unsigned grid = static_cast<unsigned>(T * d.kv_heads);
-  const unsigned block = kWarps * kWarp;
+  const unsigned block = kThreads;
   switch (d.head_dim) {
     case 32:
       GroupedAttentionKernel<32><<<grid, block, 0, stream>>>(q, kcache, vcache, sel, positions, o, d);
