@@ -3,6 +3,7 @@
 #include <mma.h>
 
 #include "kernels/attention/attended_tokens.cuh"
+#include "kernels/attention/online_softmax.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 
@@ -114,30 +115,12 @@ __global__ void __launch_bounds__(kThreads, 3)
       // Eight threads a query row, four tokens each.
       const int r = tid / 8, c = (tid % 8) * 4;
       float sc[4];
-      float mx = -INFINITY;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const float v = s.part[0][r][c + j] + s.part[1][r][c + j];
         sc[j] = base + c + j < att.total ? v * scale : -INFINITY;
-        mx = fmaxf(mx, sc[j]);
       }
-      for (int x = 1; x < 8; x <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
-      const float m_old = s.m[r], m_new = fmaxf(m_old, mx);
-      float sum = 0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const __half p = __float2half(sc[j] == -INFINITY ? 0.0f : __expf(sc[j] - m_new));
-        s.p[r][c + j] = p;
-        sum += __half2float(p);
-      }
-      for (int x = 1; x < 8; x <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, x);
-      __syncwarp();  // every lane has read m[r] before it changes
-      if (tid % 8 == 0) {
-        const float corr = __expf(m_old - m_new);  // 0 on the first step (m_old = −∞)
-        s.corr[r] = corr;
-        s.l[r] = s.l[r] * corr + sum;
-        s.m[r] = m_new;
-      }
+      OnlineSoftmaxStep(sc, &s.p[r][c], s.m[r], s.l[r], s.corr[r], tid % 8 == 0);
     }
     __syncthreads();
     {

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/attention/attended_tokens.cuh"
+#include "kernels/attention/online_softmax.cuh"
 #include "kernels/attention/attention_cuda.h"
 #include "kernels/cuda/device_math.cuh"
 
@@ -89,32 +90,14 @@ __global__ void __launch_bounds__(kWarps * kWarp)
       // Eight threads per query row, two tokens each.
       const int r = threadIdx.x / 8, c = (threadIdx.x % 8) * 2;
       float sc[2];
-      float mx = -INFINITY;
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         float v = 0;
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) v += s.partial[w][r][c + j];
         sc[j] = base + c + j < att.total ? v * scale : -INFINITY;
-        mx = fmaxf(mx, sc[j]);
       }
-      for (int x = 1; x < 8; x <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
-      const float m_old = s.m[r], m_new = fmaxf(m_old, mx);
-      float sum = 0;
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const __half p = __float2half(sc[j] == -INFINITY ? 0.0f : __expf(sc[j] - m_new));
-        s.p[r][c + j] = p;
-        sum += __half2float(p);  // the normalizer sums what P·V multiplies
-      }
-      for (int x = 1; x < 8; x <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, x);
-      __syncwarp();  // every lane has read m[r] before it changes
-      if (threadIdx.x % 8 == 0) {
-        const float corr = __expf(m_old - m_new);  // 0 on the first step (m_old = −∞)
-        s.corr[r] = corr;
-        s.l[r] = s.l[r] * corr + sum;
-        s.m[r] = m_new;
-      }
+      OnlineSoftmaxStep(sc, &s.p[r][c], s.m[r], s.l[r], s.corr[r], threadIdx.x % 8 == 0);
     }
     __syncthreads();
     {
