@@ -11,8 +11,8 @@
 #include <cstdint>
 
 #include "kernels/attention/attended_tokens.cuh"
-#include "kernels/attention/online_softmax.cuh"
 #include "kernels/attention/attention_cuda.h"
+#include "kernels/attention/online_softmax.cuh"
 #include "kernels/cuda/device_math.cuh"
 
 namespace q38::cuda::prefill_v0 {
@@ -40,9 +40,9 @@ static_assert(sizeof(GroupShared<256>) <= 48 * 1024, "static shared memory is at
 // place. Scores and softmax in FP32, probabilities rounded to FP16 for the tensor cores.
 template <int kDh>
 __global__ void __launch_bounds__(kWarps * kWarp)
-    PrefillAttentionV0Kernel(const __half* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc,
-                           const int32_t* __restrict__ sel, const int64_t* __restrict__ positions,
-                           __half* __restrict__ o, SelectedAttentionDims d) {
+    PrefillAttentionV0Kernel(const __half* __restrict__ q, const __half* __restrict__ kc,
+                             const __half* __restrict__ vc, const int32_t* __restrict__ sel,
+                             const int64_t* __restrict__ positions, __half* __restrict__ o, SelectedAttentionDims d) {
   using namespace nvcuda;
   constexpr int kSlices = kDh / 16, kChunks = kDh / 8;  // 16-wide fragments; 8-half (16-byte) runs per row
   __shared__ __align__(32) GroupShared<kDh> s;
