@@ -23,6 +23,14 @@ void Backend::HcPre(const Tensor& X, const Tensor& norm, const Tensor& down_inje
   HcCombine(m.t(), xn.t(), h);
 }
 
+void Backend::HcResidualPre(Tensor& X, const Tensor& g_last, const Tensor& y, const Tensor& norm,
+                            const Tensor& down_inject, const Tensor& up, Tensor& h, Tensor& g, int64_t streams,
+                            float eps) {
+  CHECK(g_last.data != g.data) << "HcResidualPre: the last gates and the new ones share a tensor";
+  HcResidual(X, g_last, y);
+  HcPre(X, norm, down_inject, up, h, g, streams, eps);
+}
+
 void Backend::NormRope(Tensor& x, const Tensor& w, const Tensor& positions, int64_t rotary_dim, double theta,
                        float eps, Tensor& cache) {
   RmsNorm(x, w, x, x.dim(-1), /*zero_centred=*/true, eps);
@@ -38,9 +46,14 @@ void Backend::GatedSelectedAttention(const Tensor& q, const Tensor& kcache, cons
 }
 
 void Backend::ExpertsAndShared(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& experts,
-                               const Tensor& shared, const Tensor& gate_logit, Tensor& out) {
+                               const Tensor& shared_gu, const Tensor& shared_down, const Tensor& gate_logit,
+                               Tensor& out) {
+  const int64_t T = shared_gu.dim(0);
+  Buffer act = Alloc(act_dtype(), {T, shared_down.dim(1)}), shared = Alloc(act_dtype(), {T, shared_down.dim(0)});
+  SiluMul(shared_gu, act.t());
+  Linear(act.t(), shared_down, shared.t());
   RoutedExperts(h, idx, w, experts, out);
-  AddSigmoidGated(out, shared, gate_logit);
+  AddSigmoidGated(out, shared.t(), gate_logit);
 }
 
 }  // namespace q38

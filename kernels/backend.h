@@ -101,11 +101,14 @@ class Backend {
   virtual void RoutedExperts(const Tensor& h, const Tensor& idx, const Tensor& w,
                              const ExpertWeights& experts, Tensor& out) = 0;
   virtual void AddSigmoidGated(Tensor& out, const Tensor& shared, const Tensor& gate_logit) = 0;
-  // The MoE block's output as one op (fused: docs/cuda.md), the composition
+  // The MoE block's output after the router as one op (fused: docs/cuda.md), the composition
+  //   act = SiluMul(shared_gu);  shared = act·shared_downᵀ;
   //   RoutedExperts(h, idx, w, experts, out);  AddSigmoidGated(out, shared, gate_logit)
-  // with the shared expert's output already computed. This default runs the two.
+  // with the shared expert's gate/up output shared_gu [T, 2·Is] and its down weight [H, Is]. This
+  // default runs the four.
   virtual void ExpertsAndShared(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& experts,
-                                const Tensor& shared, const Tensor& gate_logit, Tensor& out);
+                                const Tensor& shared_gu, const Tensor& shared_down, const Tensor& gate_logit,
+                                Tensor& out);
 
   // Hyper-connections (kernels/hc).
   virtual void EmbedStreams(const Tensor& table, const Tensor& ids, Tensor& X, int64_t streams) = 0;
@@ -120,6 +123,13 @@ class Backend {
   // composition rounds them. This default runs the composition through the backend's own ops.
   virtual void HcPre(const Tensor& X, const Tensor& norm, const Tensor& down_inject, const Tensor& up, Tensor& h,
                      Tensor& g, int64_t streams, float eps);
+  // The last sub-block's residual update and the next module's pre step as one op (fused:
+  // docs/cuda.md), the composition
+  //   HcResidual(X, g_last, y);  HcPre(X, norm, down_inject, up, h, g, streams, eps)
+  // g_last [T, S] and g must be distinct tensors (the step writes g while it reads g_last).
+  virtual void HcResidualPre(Tensor& X, const Tensor& g_last, const Tensor& y, const Tensor& norm,
+                             const Tensor& down_inject, const Tensor& up, Tensor& h, Tensor& g, int64_t streams,
+                             float eps);
 
   // Greedy decoding without the logits leaving the backend (kernels/logits): of logits [1, V]
   // (one row), the largest of the first `valid` values (0 ≤ valid ≤ V) and its index, as F32

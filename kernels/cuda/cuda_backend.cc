@@ -339,11 +339,25 @@ class CudaBackendImpl final : public CudaBackend {
                      Tensor& out) override {
     Experts(h, idx, w, e, out, {});
   }
-  // The gated shared expert joins the kernel that sums the routed experts' outputs.
+  // Decode with NVFP4 experts: two kernels (moe_cuda.h, ExpertsAndSharedDecode). Otherwise the
+  // shared expert's SiLU·up and GEMV, then the routed experts, whose sum adds the gated shared one.
   void ExpertsAndShared(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& e,
-                        const Tensor& shared, const Tensor& gate_logit, Tensor& out) override {
-    CHECK(shared.numel() == out.numel() && Rows(gate_logit) == Rows(out));
-    Experts(h, idx, w, e, out, {H(shared), H(gate_logit), gate_logit.dim(-1)});
+                        const Tensor& shared_gu, const Tensor& shared_down, const Tensor& gate_logit,
+                        Tensor& out) override {
+    const int64_t T = Rows(h), k = idx.dim(-1), Is = shared_down.dim(1);
+    CHECK(shared_gu.dim(-1) == 2 * Is && Rows(shared_gu) == T && shared_down.dim(0) == out.dim(-1) &&
+          Rows(gate_logit) == T);
+    const auto [gu, dn] = Projections(e, h.dim(-1));
+    const cuda::SharedExpert shared{H(shared_gu), H(shared_down), Is, H(gate_logit), gate_logit.dim(-1)};
+    if (cuda::ExpertsAndSharedDecodeFits(gu, dn, T, k, shared)) {
+      Buffer act = Alloc(DType::kF16, {T * k, e.intermediate});
+      cuda::ExpertsAndSharedDecode(H(h), I32(idx), H(w), gu, dn, H(out), H(act.t()), T, k, shared, stream_);
+      return;
+    }
+    Buffer act = Alloc(DType::kF16, {T, Is}), shared_out = Alloc(DType::kF16, {T, out.dim(-1)});
+    SiluMul(shared_gu, act.t());
+    Linear(act.t(), shared_down, shared_out.t());
+    Experts(h, idx, w, e, out, {H(shared_out.t()), H(gate_logit), gate_logit.dim(-1)});
   }
   void AddSigmoidGated(Tensor& out, const Tensor& shared, const Tensor& gate_logit) override {
     cuda::AddSigmoidGated(H(out), H(shared), H(gate_logit), gate_logit.dim(-1), Rows(out), out.dim(-1), stream_);
@@ -365,16 +379,18 @@ class CudaBackendImpl final : public CudaBackend {
   // composition of five.
   void HcPre(const Tensor& X, const Tensor& norm, const Tensor& down_inject, const Tensor& up, Tensor& h, Tensor& g,
              int64_t streams, float eps) override {
-    const int64_t S = streams, H_ = h.dim(-1), R = up.dim(1), rows = down_inject.dim(0);
-    const bool inject = rows == R + S;
-    if (Rows(X) == 1 && X.dtype == DType::kF32 && (rows == R || inject) && X.dim(-1) == S * H_ &&
-        cuda::HcPreFusedFits(S, H_, R, norm.numel(), X.data, norm.data, down_inject.data, up.data)) {
-      Buffer di = Alloc(DType::kF16, {rows}), rstd = Alloc(DType::kF32, {S});
-      cuda::HcPreFused(F(X), H(norm), norm.numel(), H(down_inject), H(up), H(h), inject ? H(g) : nullptr, H(di.t()),
-                       F(rstd.t()), S, H_, R, inject, eps, stream_);
-      return;
+    if (!HcPreFused(X, norm, down_inject, up, h, g, streams, eps, {})) {
+      Backend::HcPre(X, norm, down_inject, up, h, g, streams, eps);
     }
-    Backend::HcPre(X, norm, down_inject, up, h, g, streams, eps);
+  }
+  // One token: the same two kernels, which add the residual on their way (HcLastResidual).
+  void HcResidualPre(Tensor& X, const Tensor& g_last, const Tensor& y, const Tensor& norm, const Tensor& down_inject,
+                     const Tensor& up, Tensor& h, Tensor& g, int64_t streams, float eps) override {
+    const bool fits = g_last.data != g.data && g_last.numel() == streams && y.numel() == h.numel() &&
+                      reinterpret_cast<uintptr_t>(y.data) % 16 == 0;
+    if (!fits || !HcPreFused(X, norm, down_inject, up, h, g, streams, eps, {H(g_last), H(y)})) {
+      Backend::HcResidualPre(X, g_last, y, norm, down_inject, up, h, g, streams, eps);
+    }
   }
   void ArgMax(const Tensor& logits, int64_t valid, Tensor& out) override {
     CHECK(Rows(logits) == 1 && valid >= 0 && valid <= logits.dim(-1) && out.numel() == 2);
@@ -431,9 +447,9 @@ class CudaBackendImpl final : public CudaBackend {
                             stream_, gate);
   }
 
-  void Experts(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& e, Tensor& out,
-               cuda::GatedShared shared) {
-    const int64_t T = Rows(h), k = idx.dim(-1), H_ = h.dim(-1), I = e.intermediate;
+  // The experts' gate/up and down projections as the kernels take them.
+  static std::pair<cuda::ExpertProjection, cuda::ExpertProjection> Projections(const ExpertWeights& e, int64_t H_) {
+    const int64_t I = e.intermediate;
     cuda::ExpertProjection gu, dn;
     if (e.nvfp4) {
       const Nvfp4ExpertWeights& q = e.q;
@@ -449,6 +465,29 @@ class CudaBackendImpl final : public CudaBackend {
       dn.N = H_;
       dn.K = I;
     }
+    return {gu, dn};
+  }
+
+  // HcPre or HcResidualPre's two kernels (hc_cuda.h, HcPreFused) where they take the step: one
+  // token, FP32 streams. False where they do not, having run nothing.
+  bool HcPreFused(const Tensor& X, const Tensor& norm, const Tensor& down_inject, const Tensor& up, Tensor& h,
+                  Tensor& g, int64_t streams, float eps, cuda::HcLastResidual last) {
+    const int64_t S = streams, H_ = h.dim(-1), R = up.dim(1), rows = down_inject.dim(0);
+    const bool inject = rows == R + S;
+    if (Rows(X) != 1 || X.dtype != DType::kF32 || !(rows == R || inject) || X.dim(-1) != S * H_ ||
+        !cuda::HcPreFusedFits(S, H_, R, norm.numel(), X.data, norm.data, down_inject.data, up.data)) {
+      return false;
+    }
+    Buffer di = Alloc(DType::kF16, {rows}), rstd = Alloc(DType::kF32, {S});
+    cuda::HcPreFused(F(X), H(norm), norm.numel(), H(down_inject), H(up), H(h), inject ? H(g) : nullptr, H(di.t()),
+                     F(rstd.t()), S, H_, R, inject, eps, stream_, last);
+    return true;
+  }
+
+  void Experts(const Tensor& h, const Tensor& idx, const Tensor& w, const ExpertWeights& e, Tensor& out,
+               cuda::GatedShared shared) {
+    const int64_t T = Rows(h), k = idx.dim(-1), H_ = h.dim(-1), I = e.intermediate;
+    const auto [gu, dn] = Projections(e, H_);
     const int64_t E = e.nvfp4 ? e.q.gate_up_codes.t().dim(0) : e.dense.gate_up.t().dim(0);
     Buffer act = Alloc(DType::kF16, {T * k, I}), pair_out = Alloc(DType::kF32, {T * k, H_});
     const bool grouped = T > cuda::kPairwiseMaxTokens;

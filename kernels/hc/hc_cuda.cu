@@ -41,12 +41,17 @@ __global__ void HcCombineKernel(const __half* __restrict__ m, const __half* __re
   h[i] = __float2half(acc / static_cast<float>(S));
 }
 
+// X + g·y as one rounding: the fused pre step (HcLastResidual) makes the same update.
+__device__ __forceinline__ float ResidualOf(float x, __half g, __half y) {
+  return __fmaf_rn(__half2float(g), __half2float(y), x);
+}
+
 __global__ void HcResidualKernel(float* X, const __half* __restrict__ g, const __half* __restrict__ y, int64_t T,
                                  int64_t S, int64_t H) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * S * H) return;
   const int64_t ts = i / H, t = ts / S, c = i % H;
-  X[i] += __half2float(g[ts]) * __half2float(y[t * H + c]);
+  X[i] = ResidualOf(X[i], g[ts], y[t * H + c]);
 }
 
 // The fused one-token pre step (hc_cuda.h, HcPreFused): 256 threads a block in both kernels.
@@ -74,15 +79,16 @@ __device__ __forceinline__ float Dot8(const uint4& w, const uint4& x) {
 // 2·sigmoid(di[n] / S) above (di rounded to FP16 first, as the composition stores it).
 // Thread i owns the runs c = i + 256·u (u < kL) of K for every row of the block: it issues all
 // kRows·kL weight loads first (past L1), then its runs of X (FP32) and of the norm weights, which
-// stay in registers. The per-stream sums of squares meet in shared memory (per run, then one warp
-// a stream in a fixed order), so X is read once a block and the only waits before the dot product
-// are one L2 round trip and two barriers. xn is rounded to FP16 where the composition's RmsNorm
-// rounds it: x · (1/rms · (1 + w)).
+// stay in registers (with a last residual, X + g·y as HcResidualKernel makes it; X itself is
+// left for the up kernel to update). The per-stream sums of squares meet in shared memory (per
+// run, then one warp a stream in a fixed order), so X is read once a block and the only waits
+// before the dot product are one L2 round trip and two barriers. xn is rounded to FP16 where the
+// composition's RmsNorm rounds it: x · (1/rms · (1 + w)).
 template <int kRows, int kL>
 __global__ void __launch_bounds__(kPreThreads)
-    HcPreDownKernel(const float* __restrict__ X, const __half* __restrict__ nw, int nw_len, const __half* __restrict__ W,
-                    __half* __restrict__ a, __half* __restrict__ g, float* __restrict__ rstd_out, int N, int R, int S,
-                    int H, float eps) {
+    HcPreDownKernel(const float* __restrict__ X, HcLastResidual last, const __half* __restrict__ nw, int nw_len,
+                    const __half* __restrict__ W, __half* __restrict__ a, __half* __restrict__ g,
+                    float* __restrict__ rstd_out, int N, int R, int S, int H, float eps) {
   __shared__ float sq[kL * kPreThreads];  // per run of K: its sum of squares
   __shared__ float inv[kMaxStreams];
   __shared__ float partial[kRows][kPreWarps];
@@ -109,6 +115,13 @@ __global__ void __launch_bounds__(kPreThreads)
     if (c < runs) {
       LoadF<8>(X + static_cast<int64_t>(c) * 8, x[u]);
       nv[u] = __ldg(reinterpret_cast<const uint4*>(nw + (c * 8) % nw_len));
+      if (last.g != nullptr) {
+        const uint4 yv = __ldg(reinterpret_cast<const uint4*>(last.y + (c % hruns) * 8));
+        const __half* yh = reinterpret_cast<const __half*>(&yv);
+        const __half gs = last.g[c / hruns];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) x[u][j] = ResidualOf(x[u][j], gs, yh[j]);
+      }
     } else {
 #pragma unroll
       for (int j = 0; j < 8; ++j) x[u][j] = 0;
@@ -179,10 +192,11 @@ __global__ void __launch_bounds__(kPreThreads)
 // values) reads its weights past L1 and a (hot in L1 and L2) beside them; block b serves the
 // (column, stream) pairs 256/kLanes·b.. in column-major order, so its columns are whole, and they
 // meet in shared memory in stream order. xn is rebuilt from X and rstd exactly as the down
-// kernel rounded it.
+// kernel rounded it; with a last residual the group's first lane also stores X + g·y, the one
+// write of each value of X (no other block reads it).
 template <int kLanes>
 __global__ void __launch_bounds__(kPreThreads)
-    HcPreUpKernel(const __half* __restrict__ a, const __half* __restrict__ U, const float* __restrict__ X,
+    HcPreUpKernel(const __half* __restrict__ a, const __half* __restrict__ U, float* X, HcLastResidual last,
                   const __half* __restrict__ nw, int nw_len, const float* __restrict__ rstd, __half* __restrict__ h,
                   int S, int H, int R) {
   constexpr int kRowsPerBlock = kPreThreads / kLanes, kLoads = 64 / kLanes;  // 64 runs (R = 512) a batch
@@ -195,7 +209,14 @@ __global__ void __launch_bounds__(kPreThreads)
   const uint4* a4 = reinterpret_cast<const uint4*>(a);
   // This row's xn, exactly as the down kernel rounded it (its loads go out with the weights').
   float xn = 0;
-  if (live) xn = __half2float(__float2half(X[ri] * (rstd[s] * (1.0f + __half2float(nw[ri % nw_len])))));
+  if (live) {
+    float xv = X[ri];
+    if (last.g != nullptr) {
+      xv = ResidualOf(xv, last.g[s], last.y[c]);
+      if (l == 0) X[ri] = xv;
+    }
+    xn = __half2float(__float2half(xv * (rstd[s] * (1.0f + __half2float(nw[ri % nw_len])))));
+  }
 
   float acc = 0;
   for (int c0 = l; c0 - l < runs; c0 += kLoads * kLanes) {
@@ -231,12 +252,14 @@ __global__ void __launch_bounds__(kPreThreads)
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 template <int kRows>
-void LaunchDown(int lane_runs, const float* X, const __half* norm, int nw_len, const __half* W, __half* a, __half* g,
-                float* rstd, int N, int R, int S, int H, float eps, cudaStream_t stream) {
+void LaunchDown(int lane_runs, const float* X, HcLastResidual last, const __half* norm, int nw_len, const __half* W,
+                __half* a, __half* g, float* rstd, int N, int R, int S, int H, float eps, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(CeilDiv(N, kRows)));
   switch (lane_runs) {
-#define Q38_HC_DOWN(L) \
-  case L: HcPreDownKernel<kRows, L><<<grid, kPreThreads, 0, stream>>>(X, norm, nw_len, W, a, g, rstd, N, R, S, H, eps); break;
+#define Q38_HC_DOWN(L)                                                                                               \
+  case L:                                                                                                            \
+    HcPreDownKernel<kRows, L><<<grid, kPreThreads, 0, stream>>>(X, last, norm, nw_len, W, a, g, rstd, N, R, S, H, eps); \
+    break;
     Q38_HC_DOWN(1)
     Q38_HC_DOWN(2)
     Q38_HC_DOWN(3)
@@ -272,48 +295,53 @@ bool HcPreFusedFits(int64_t S, int64_t H, int64_t R, int64_t norm_len, const voi
 
 void HcPreFusedDown(const HcPreConfig& config, const float* X, const __half* norm, int64_t norm_len,
                     const __half* down_inject, __half* a, __half* g, float* rstd, int64_t S, int64_t H, int64_t R,
-                    bool inject, float eps, cudaStream_t stream) {
+                    bool inject, float eps, cudaStream_t stream, HcLastResidual last) {
   const int N = static_cast<int>(R + (inject ? S : 0));
   const int lane_runs = static_cast<int>(CeilDiv(S * H / 8, kPreThreads));
   const int s = static_cast<int>(S), hh = static_cast<int>(H), r = static_cast<int>(R), nl = static_cast<int>(norm_len);
   switch (config.down_rows) {
-    case 1: LaunchDown<1>(lane_runs, X, norm, nl, down_inject, a, g, rstd, N, r, s, hh, eps, stream); break;
-    case 2: LaunchDown<2>(lane_runs, X, norm, nl, down_inject, a, g, rstd, N, r, s, hh, eps, stream); break;
-    case 4: LaunchDown<4>(lane_runs, X, norm, nl, down_inject, a, g, rstd, N, r, s, hh, eps, stream); break;
+    case 1: LaunchDown<1>(lane_runs, X, last, norm, nl, down_inject, a, g, rstd, N, r, s, hh, eps, stream); break;
+    case 2: LaunchDown<2>(lane_runs, X, last, norm, nl, down_inject, a, g, rstd, N, r, s, hh, eps, stream); break;
+    case 4: LaunchDown<4>(lane_runs, X, last, norm, nl, down_inject, a, g, rstd, N, r, s, hh, eps, stream); break;
     default: LOG(FATAL) << "HcPreFused: " << config.down_rows << " down rows a block";
   }
   Q38_CUDA_LAUNCHED();
 }
 
-void HcPreFusedUp(const HcPreConfig& config, const float* X, const __half* norm, int64_t norm_len, const __half* up,
-                  const __half* a, const float* rstd, __half* h, int64_t S, int64_t H, int64_t R, cudaStream_t stream) {
+void HcPreFusedUp(const HcPreConfig& config, float* X, const __half* norm, int64_t norm_len, const __half* up,
+                  const __half* a, const float* rstd, __half* h, int64_t S, int64_t H, int64_t R, cudaStream_t stream,
+                  HcLastResidual last) {
   const int s = static_cast<int>(S), hh = static_cast<int>(H), r = static_cast<int>(R), nl = static_cast<int>(norm_len);
   switch (config.up_lanes) {
     case 8:
-      HcPreUpKernel<8><<<CeilDiv(S * H, kPreThreads / 8), kPreThreads, 0, stream>>>(a, up, X, norm, nl, rstd, h, s, hh, r);
+      HcPreUpKernel<8><<<CeilDiv(S * H, kPreThreads / 8), kPreThreads, 0, stream>>>(a, up, X, last, norm, nl, rstd, h, s, hh, r);
       break;
     case 16:
-      HcPreUpKernel<16><<<CeilDiv(S * H, kPreThreads / 16), kPreThreads, 0, stream>>>(a, up, X, norm, nl, rstd, h, s, hh, r);
+      HcPreUpKernel<16><<<CeilDiv(S * H, kPreThreads / 16), kPreThreads, 0, stream>>>(a, up, X, last, norm, nl, rstd, h, s,
+                                                                                    hh, r);
       break;
     default: LOG(FATAL) << "HcPreFused: " << config.up_lanes << " up lanes a row";
   }
   Q38_CUDA_LAUNCHED();
 }
 
-void HcPreFused(const HcPreConfig& config, const float* X, const __half* norm, int64_t norm_len,
-                const __half* down_inject, const __half* up, __half* h, __half* g, __half* di, float* rstd, int64_t S,
-                int64_t H, int64_t R, bool inject, float eps, cudaStream_t stream) {
+void HcPreFused(const HcPreConfig& config, float* X, const __half* norm, int64_t norm_len, const __half* down_inject,
+                const __half* up, __half* h, __half* g, __half* di, float* rstd, int64_t S, int64_t H, int64_t R,
+                bool inject, float eps, cudaStream_t stream, HcLastResidual last) {
   CHECK(HcPreFusedFits(S, H, R, norm_len, X, norm, down_inject, up)) << "HcPreFused: S " << S << " H " << H << " R " << R;
   CHECK(!inject || g != nullptr);
   CHECK(Aligned16(di)) << "HcPreFused: the scratch for a is read 16 bytes at a time";
-  HcPreFusedDown(config, X, norm, norm_len, down_inject, di, g, rstd, S, H, R, inject, eps, stream);
-  HcPreFusedUp(config, X, norm, norm_len, up, di, rstd, h, S, H, R, stream);
+  CHECK(last.g == nullptr || (last.y != nullptr && Aligned16(last.y) && last.g != g))
+      << "HcPreFused: the last residual needs y 16-byte aligned and gates other than the new ones";
+  HcPreFusedDown(config, X, norm, norm_len, down_inject, di, g, rstd, S, H, R, inject, eps, stream, last);
+  HcPreFusedUp(config, X, norm, norm_len, up, di, rstd, h, S, H, R, stream, last);
 }
 
-void HcPreFused(const float* X, const __half* norm, int64_t norm_len, const __half* down_inject, const __half* up,
-                __half* h, __half* g, __half* di, float* rstd, int64_t S, int64_t H, int64_t R, bool inject, float eps,
-                cudaStream_t stream) {
-  HcPreFused(HcPreChoose(S, H, R), X, norm, norm_len, down_inject, up, h, g, di, rstd, S, H, R, inject, eps, stream);
+void HcPreFused(float* X, const __half* norm, int64_t norm_len, const __half* down_inject, const __half* up, __half* h,
+                __half* g, __half* di, float* rstd, int64_t S, int64_t H, int64_t R, bool inject, float eps,
+                cudaStream_t stream, HcLastResidual last) {
+  HcPreFused(HcPreChoose(S, H, R), X, norm, norm_len, down_inject, up, h, g, di, rstd, S, H, R, inject, eps, stream,
+             last);
 }
 
 void EmbedStreams(const __half* table, const int32_t* ids, float* X, int64_t T, int64_t S, int64_t H,

@@ -29,6 +29,14 @@ void HcResidual(float* X, const __half* g, const __half* y, int64_t T, int64_t S
 //     X and rstd), h = their mean in stream order.
 // Rounds where the composition rounds (xn, di, a, m, h to FP16); sums in a fixed order that
 // depends on the shape and the configuration alone. Needs HcPreFusedFits (K = S·H ≤ 12,288).
+// The last sub-block's residual update X += g·y (g [S], y [H] FP16, y 16-byte aligned), made by
+// the fused pre step on its way (Backend::HcResidualPre): kernel 1 works on X + g·y, kernel 2
+// also stores it into X, the same bits as HcResidual gives. None where g is null; g must not be
+// the step's new gates, which kernel 1 writes while every block reads these.
+struct HcLastResidual {
+  const __half* g = nullptr;
+  const __half* y = nullptr;
+};
 struct HcPreConfig {
   int down_rows = 4;  // rows of down_inject a block of the first kernel: 1, 2 or 4
   int up_lanes = 16;  // lanes a row of up in the second kernel: 8 or 16
@@ -37,19 +45,21 @@ struct HcPreConfig {
 HcPreConfig HcPreChoose(int64_t S, int64_t H, int64_t R);
 bool HcPreFusedFits(int64_t S, int64_t H, int64_t R, int64_t norm_len, const void* X, const void* norm,
                     const void* down_inject, const void* up);
-// di: scratch of at least R halves, 16-byte aligned (it receives a); rstd: S floats.
-void HcPreFused(const float* X, const __half* norm, int64_t norm_len, const __half* down_inject, const __half* up,
-                __half* h, __half* g, __half* di, float* rstd, int64_t S, int64_t H, int64_t R, bool inject, float eps,
-                cudaStream_t stream);
+// di: scratch of at least R halves, 16-byte aligned (it receives a); rstd: S floats. X is written
+// only with a last residual.
+void HcPreFused(float* X, const __half* norm, int64_t norm_len, const __half* down_inject, const __half* up, __half* h,
+                __half* g, __half* di, float* rstd, int64_t S, int64_t H, int64_t R, bool inject, float eps,
+                cudaStream_t stream, HcLastResidual last = {});
 // The same with a given configuration (tests and hc_bench), and its two kernels alone (hc_bench
 // times them apart; a [R] and g [S] are kernel 1's outputs, a kernel 2's input).
-void HcPreFused(const HcPreConfig& config, const float* X, const __half* norm, int64_t norm_len,
-                const __half* down_inject, const __half* up, __half* h, __half* g, __half* di, float* rstd, int64_t S,
-                int64_t H, int64_t R, bool inject, float eps, cudaStream_t stream);
+void HcPreFused(const HcPreConfig& config, float* X, const __half* norm, int64_t norm_len, const __half* down_inject,
+                const __half* up, __half* h, __half* g, __half* di, float* rstd, int64_t S, int64_t H, int64_t R,
+                bool inject, float eps, cudaStream_t stream, HcLastResidual last = {});
 void HcPreFusedDown(const HcPreConfig& config, const float* X, const __half* norm, int64_t norm_len,
                     const __half* down_inject, __half* a, __half* g, float* rstd, int64_t S, int64_t H, int64_t R,
-                    bool inject, float eps, cudaStream_t stream);
-void HcPreFusedUp(const HcPreConfig& config, const float* X, const __half* norm, int64_t norm_len, const __half* up,
-                  const __half* a, const float* rstd, __half* h, int64_t S, int64_t H, int64_t R, cudaStream_t stream);
+                    bool inject, float eps, cudaStream_t stream, HcLastResidual last = {});
+void HcPreFusedUp(const HcPreConfig& config, float* X, const __half* norm, int64_t norm_len, const __half* up,
+                  const __half* a, const float* rstd, __half* h, int64_t S, int64_t H, int64_t R, cudaStream_t stream,
+                  HcLastResidual last = {});
 
 }  // namespace q38::cuda

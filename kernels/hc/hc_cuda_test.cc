@@ -153,7 +153,7 @@ TEST(HcCuda, PreStepFusedEveryConfiguration) {
           for (int run = 0; run < 2; ++run) {
             b.gpu().Fill(h.gpu.t(), NAN);  // the CPU side holds the reference
             b.gpu().Fill(g.gpu.t(), NAN);
-            cuda::HcPreFused(c, static_cast<const float*>(X.gpu.t().data), static_cast<const __half*>(norm.gpu.t().data),
+            cuda::HcPreFused(c, static_cast<float*>(X.gpu.t().data), static_cast<const __half*>(norm.gpu.t().data),
                              norm_len, static_cast<const __half*>(dw.gpu.t().data),
                              static_cast<const __half*>(uw.gpu.t().data), static_cast<__half*>(h.gpu.t().data),
                              inject ? static_cast<__half*>(g.gpu.t().data) : nullptr,
@@ -183,6 +183,51 @@ TEST(HcCuda, PreStepFusedEveryConfiguration) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// The last residual made on the way (Backend::HcResidualPre; the two kernels at T = 1): against
+// the CPU reference, and bitwise against the GPU's own HcResidual then HcPre (X, h and g), at the
+// model's widths and the small ones, with and without inject rows; T = 3 takes the composition.
+TEST(HcCuda, ResidualAndPreStepFused) {
+  Q38_REQUIRE_GPU();
+  BackendPair b;
+  for (auto [T, S, H, R] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 4, 2560, 320}, {1, 4, 256, 16},
+                            {1, 2, 40, 8}, {3, 4, 64, 16}}) {
+    for (bool inject : {true, false}) {
+      const int64_t W = S * H, rows = R + (inject ? S : 0);
+      std::vector<float> down = Normal(rows * W, 33), up = Normal(W * R, 34);
+      for (float& v : down) v /= std::sqrt(static_cast<float>(W));
+      for (float& v : up) v *= 2.0f / std::sqrt(static_cast<float>(R));
+      auto dw = b.Act(down, {rows, W});
+      auto uw = b.Act(up, {W, R});
+      auto norm = b.Act(cpu::op_test::Uniform(H, 32, -0.3f, 0.3f), {H});
+      auto g_last = b.Act(Normal(T * S, 35), {T, S});
+      auto y = b.Act(Normal(T * H, 36), {T, H});
+      const std::string at = "T " + std::to_string(T) + " H " + std::to_string(H) + " R " + std::to_string(R) +
+                             (inject ? " inject" : "");
+      auto X = b.F32(Normal(T * W, 31), {T, W});
+      auto h = b.Out({T, H}), g = b.Out({T, S});
+      b.cpu().HcResidualPre(X.cpu.t(), g_last.cpu.t(), y.cpu.t(), norm.cpu.t(), dw.cpu.t(), uw.cpu.t(), h.cpu.t(),
+                            g.cpu.t(), S, 1e-6f);
+      b.gpu().HcResidualPre(X.gpu.t(), g_last.gpu.t(), y.gpu.t(), norm.gpu.t(), dw.gpu.t(), uw.gpu.t(), h.gpu.t(),
+                            g.gpu.t(), S, 1e-6f);
+      EXPECT_TRUE(b.Matches(X, 0.01)) << "X against the CPU, " << at;
+      EXPECT_TRUE(b.Matches(h, 8)) << "h against the CPU, " << at;
+      if (inject) {
+        EXPECT_TRUE(b.Matches(g, 8)) << "g against the CPU, " << at;
+      }
+
+      auto X2 = b.F32(Normal(T * W, 31), {T, W});
+      auto h2 = b.Out({T, H}), g2 = b.Out({T, S});
+      b.gpu().HcResidual(X2.gpu.t(), g_last.gpu.t(), y.gpu.t());
+      b.gpu().HcPre(X2.gpu.t(), norm.gpu.t(), dw.gpu.t(), uw.gpu.t(), h2.gpu.t(), g2.gpu.t(), S, 1e-6f);
+      EXPECT_EQ(b.GpuFloats(X), b.GpuFloats(X2)) << "X against HcResidual, " << at;
+      EXPECT_EQ(b.GpuFloats(h), b.GpuFloats(h2)) << "h against HcResidual then HcPre, " << at;
+      if (inject) {
+        EXPECT_EQ(b.GpuFloats(g), b.GpuFloats(g2)) << "g against HcResidual then HcPre, " << at;
       }
     }
   }

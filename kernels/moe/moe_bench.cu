@@ -29,6 +29,7 @@
 
 #include "absl/strings/str_format.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/linear/linear_cuda.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_decode.cuh"
 #include "kernels/moe/moe_grouped.cuh"
@@ -282,29 +283,41 @@ int Run(Bench& b, bool prefill_only) {
         std::printf("| %d | %lld | 1 | | %.2f (%.2f) | %.0f | %.1f%% | | | | | %016llx |\n", tp, static_cast<long long>(I),
                     g.median_us, e.median_us, bytes / (g.median_us * 1e3), 100 * bytes / (g.median_us * 1e3) / stream_gbs,
                     static_cast<unsigned long long>(digest));
-        DeviceArray<__half> shared(kHidden), gate(1);
-        bench::FillHalfKernel<<<16, 256, 0, s>>>(shared.p, kHidden, 8, 4.0f);
+        // The block after the router as the model ran it before (the shared expert's SiLU·up and
+        // GEMV, then the routed experts, whose sum adds it: 6 kernels) and as the two decode
+        // kernels run it (ExpertsAndSharedDecode).
+        const int64_t Is = I;
+        DeviceArray<__half> shared_gu(2 * Is), shared_down(kHidden * Is), shared_act(Is), shared(kHidden), gate(1),
+            out2(kHidden);
+        bench::FillHalfKernel<<<16, 256, 0, s>>>(shared_gu.p, 2 * Is, 8, 4.0f);
+        bench::FillHalfKernel<<<1024, 256, 0, s>>>(shared_down.p, kHidden * Is, 10, 0.1f);
         bench::FillHalfKernel<<<1, 32, 0, s>>>(gate.p, 1, 9, 4.0f);
         Q38_CUDA_LAUNCHED();
-        const bench::Launch composed = [&](int i, cudaStream_t st) {
-          call(i, st);
-          cuda::AddSigmoidGated(out.p, shared.p, gate.p, 1, 1, kHidden, st);
-        };
-        const bench::Launch fused = [&](int i, cudaStream_t st) {
+        const bench::Launch before = [&](int i, cudaStream_t st) {
           const int r = i % routings;
-          cuda::RoutedExperts(h.p, idx.p + r * T * kTopK, w.p + r * T * kTopK, gate_up.View(I), down.View(kHidden),
-                              out.p, scratch, T, kTopK, kExperts, st, cuda::GatedShared{shared.p, gate.p, 1});
+          cuda::SiluMul(shared_gu.p, shared_act.p, 1, Is, st);
+          cuda::Linear(shared_act.p, shared_down.p, shared.p, 1, Is, kHidden, st);
+          cuda::RoutedExperts(h.p, idx.p + r * kTopK, w.p + r * kTopK, gate_up.View(I), down.View(kHidden), out.p,
+                              scratch, 1, kTopK, kExperts, st, cuda::GatedShared{shared.p, gate.p, 1});
         };
-        composed(0, s);
+        const cuda::SharedExpert se{shared_gu.p, shared_down.p, Is, gate.p, 1};
+        const bench::Launch after = [&](int i, cudaStream_t st) {
+          const int r = i % routings;
+          cuda::ExpertsAndSharedDecode(h.p, idx.p + r * kTopK, w.p + r * kTopK, gate_up.View(I), down.View(kHidden),
+                                       out2.p, act.p, 1, kTopK, se, st);
+        };
+        before(0, s);
+        after(0, s);
         Q38_CUDA_CHECK(cudaStreamSynchronize(s));
-        const uint64_t want = Digest(out.p, kHidden);
-        fused(0, s);
-        Q38_CUDA_CHECK(cudaStreamSynchronize(s));
-        const bool same = Digest(out.p, kHidden) == want;
-        failures += same ? 0 : 1;
+        const double gap = RelativeGap(bench::ToHost(out2.p, kHidden), bench::ToHost(out.p, kHidden));
+        const bool near = gap <= 2e-3;
+        failures += near ? 0 : 1;
+        const double block_bytes = bytes + kHidden * Is * 2.0;
+        const Timing tb = b.Graph(iters, before), ta = b.Graph(iters, after);
         char line[256];
-        std::snprintf(line, sizeof line, "| %d | %.2f | %.2f | %s |", tp, b.Graph(iters, composed).median_us,
-                      b.Graph(iters, fused).median_us, same ? "bitwise" : "MISMATCH");
+        std::snprintf(line, sizeof line, "| %d | %.2f | %.2f | %.0f (%.1f%%) | %.1e%s |", tp, tb.median_us, ta.median_us,
+                      block_bytes / (ta.median_us * 1e3), 100 * block_bytes / (ta.median_us * 1e3) / stream_gbs, gap,
+                      near ? "" : " TOO FAR");
         shared_rows.emplace_back(line);
       } else {
         // Every tile of the grouped route; each must give the route's output bit for bit.
@@ -330,9 +343,11 @@ int Run(Bench& b, bool prefill_only) {
     }
   }
   if (prefill_only) return failures;
-  std::printf("\n## With the gated shared expert, one token\n\nµs per call in a CUDA graph of 40.\n\n"
-              "| TP | RoutedExperts + AddSigmoidGated | shared added in the combine | fused = composed |\n"
-              "|---|---|---|---|\n");
+  std::printf("\n## The block after the router with the gated shared expert (Is = I), one token\n\nµs per call in a "
+              "CUDA graph of 40; weights GB/s of the two decode kernels (routed and shared) and their share of the "
+              "stream read; their largest gap from the six kernels, relative to the largest output.\n\n"
+              "| TP | six kernels (SiLU·up, shared GEMV, routed with the shared add) | two decode kernels | GB/s | gap |\n"
+              "|---|---|---|---|---|\n");
   for (const std::string& r : shared_rows) std::printf("%s\n", r.c_str());
   failures += DecodeKernels(b);
   return failures;

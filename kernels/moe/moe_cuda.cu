@@ -1,3 +1,4 @@
+#include <cstdint>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
@@ -222,6 +223,33 @@ void RoutedExperts(const __half* h, const int32_t* idx, const __half* w, const E
     RunExperts(h, idx, w, moe_decode::Nvfp4Rows::Of(gate_up), moe_decode::Nvfp4Rows::Of(down), out, scratch, T, k, E,
                stream, shared, tile);
   }
+}
+
+namespace {
+moe_decode::SharedDown SharedDownOf(const SharedExpert& s) {
+  return {s.gu, s.down, static_cast<int>(s.Is), s.gate_logit, s.gate_stride};
+}
+}  // namespace
+
+bool ExpertsAndSharedDecodeFits(const ExpertProjection& gate_up, const ExpertProjection& down, int64_t T, int64_t k,
+                                const SharedExpert& shared) {
+  return T >= 1 && T <= kPairwiseMaxTokens && gate_up.dense == nullptr && down.dense == nullptr &&
+         gate_up.K % 16 == 0 && reinterpret_cast<uintptr_t>(gate_up.codes) % 8 == 0 && shared.Is <= INT32_MAX &&
+         moe_decode::DownCombineFits(moe_decode::Nvfp4Rows::Of(down), k, SharedDownOf(shared));
+}
+
+void ExpertsAndSharedDecode(const __half* h, const int32_t* idx, const __half* w, const ExpertProjection& gate_up,
+                            const ExpertProjection& down, __half* out, __half* act, int64_t T, int64_t k,
+                            const SharedExpert& shared, cudaStream_t stream) {
+  CHECK(ExpertsAndSharedDecodeFits(gate_up, down, T, k, shared)) << "ExpertsAndSharedDecode: T " << T << " k " << k;
+  CHECK(reinterpret_cast<uintptr_t>(h) % 16 == 0 && reinterpret_cast<uintptr_t>(act) % 16 == 0)
+      << "expert inputs must be 16-byte aligned";
+  const auto gu = moe_decode::Nvfp4Rows::Of(gate_up), dn = moe_decode::Nvfp4Rows::Of(down);
+  moe_decode::LaunchGateUp<moe_decode::Nvfp4Rows, kDecodeGateUp.rows, kDecodeGateUp.ahead>(h, idx, gu, act, T * k, k,
+                                                                                           stream);
+  Q38_CUDA_LAUNCHED();
+  moe_decode::LaunchDownCombine(act, idx, w, dn, SharedDownOf(shared), out, T, k, stream);
+  Q38_CUDA_LAUNCHED();
 }
 
 void SiluMul(const __half* gu, __half* y, int64_t T, int64_t I, cudaStream_t stream) {

@@ -58,6 +58,25 @@ void RoutedExperts(const __half* h, const int32_t* idx, const __half* w, const E
                    const ExpertProjection& down, __half* out, ExpertScratch scratch, int64_t T, int64_t k, int64_t E,
                    cudaStream_t stream, GatedShared shared = {}, GroupedTile tile = GroupedTile::k64x128k64w8);
 
+// The gated shared expert as the decode route takes it: its gate/up output gu [T, 2·Is] (rows
+// contiguous) and its FP16 down weight [H, Is]; the gate logits as GatedShared's.
+struct SharedExpert {
+  const __half* gu = nullptr;
+  const __half* down = nullptr;
+  int64_t Is = 0;
+  const __half* gate_logit = nullptr;
+  int64_t gate_stride = 1;
+};
+// Backend::ExpertsAndShared in two kernels for T ≤ kPairwiseMaxTokens and NVFP4 experts: gate/up
+// with SiLU·up into act [T·k, I] as RoutedExperts runs it, then one kernel for down, the weighted
+// sum over the pairs and the gated shared expert with its SiLU·up and its down GEMV. Rounds where
+// the composition rounds; the shared expert's dot products add in another order than Linear's.
+bool ExpertsAndSharedDecodeFits(const ExpertProjection& gate_up, const ExpertProjection& down, int64_t T, int64_t k,
+                                const SharedExpert& shared);
+void ExpertsAndSharedDecode(const __half* h, const int32_t* idx, const __half* w, const ExpertProjection& gate_up,
+                            const ExpertProjection& down, __half* out, __half* act, int64_t T, int64_t k,
+                            const SharedExpert& shared, cudaStream_t stream);
+
 void SiluMul(const __half* gu, __half* y, int64_t T, int64_t I, cudaStream_t stream);
 void AddSigmoidGated(__half* out, const __half* shared, const __half* gate_logit, int64_t gate_stride, int64_t T,
                      int64_t H, cudaStream_t stream);

@@ -1,9 +1,11 @@
 // MoE on the GPU against the reference: router top-k (indices exact, ties to the lower id), the
 // routed experts with NVFP4 weights dequantized in the kernel and with dense weights, at the
 // model's H and I with fewer experts, and at small awkward sizes, alone and with the gated shared
-// expert added in the same kernel (ExpertsAndShared); every tile of the grouped route; the shared
-// expert's helpers.
+// expert added in the same kernel or, at decode, the whole block after the router in two
+// (ExpertsAndShared); every tile of the grouped route; the shared expert's helpers.
 #include <random>
+#include <string>
+#include <utility>
 
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/testing/backend_pair.h"
@@ -85,19 +87,20 @@ void ExpectSameExperts(BackendPair& b, int64_t T, int64_t E, int64_t k, int64_t 
   // The FP16 intermediate (silu(gate)·up) adds one rounding on the way.
   EXPECT_TRUE(b.Matches(out, 4)) << (nvfp4 ? "nvfp4" : "dense") << " T " << T << " H " << H << " I " << I;
 
+  const auto h16 = [](const cuda_test::Twin& t) { return static_cast<const __half*>(t.gpu.t().data); };
+  const auto u8 = [](const cuda_test::Twin& t) { return static_cast<const uint8_t*>(t.gpu.t().data); };
+  const auto f32 = [](const cuda_test::Twin& t) { return static_cast<const float*>(t.gpu.t().data); };
+  cuda::ExpertProjection gu, dn;
+  if (nvfp4) {
+    gu = {u8(gu_c), u8(gu_s), f32(g_gate), f32(g_up), I, nullptr, 2 * I, H};
+    dn = {u8(dn_c), u8(dn_s), f32(g_down), f32(g_down), H, nullptr, H, I};
+  } else {
+    gu = {nullptr, nullptr, nullptr, nullptr, 0, h16(gu_d), 2 * I, H};
+    dn = {nullptr, nullptr, nullptr, nullptr, 0, h16(dn_d), H, I};
+  }
+
   // Every tile of the grouped route, bitwise against the backend's (the tile changes no sum).
   if (T > cuda::kPairwiseMaxTokens) {
-    const auto h16 = [](const cuda_test::Twin& t) { return static_cast<const __half*>(t.gpu.t().data); };
-    const auto u8 = [](const cuda_test::Twin& t) { return static_cast<const uint8_t*>(t.gpu.t().data); };
-    const auto f32 = [](const cuda_test::Twin& t) { return static_cast<const float*>(t.gpu.t().data); };
-    cuda::ExpertProjection gu, dn;
-    if (nvfp4) {
-      gu = {u8(gu_c), u8(gu_s), f32(g_gate), f32(g_up), I, nullptr, 2 * I, H};
-      dn = {u8(dn_c), u8(dn_s), f32(g_down), f32(g_down), H, nullptr, H, I};
-    } else {
-      gu = {nullptr, nullptr, nullptr, nullptr, 0, h16(gu_d), 2 * I, H};
-      dn = {nullptr, nullptr, nullptr, nullptr, 0, h16(dn_d), H, I};
-    }
     Buffer act = b.gpu().Alloc(DType::kF16, {T * k, I}), pair_out = b.gpu().Alloc(DType::kF32, {T * k, H});
     Buffer groups = b.gpu().Alloc(DType::kI32, {cuda::ExpertGroupsInts(T * k, E)});
     const cuda::ExpertScratch scratch{static_cast<__half*>(act.t().data), static_cast<float*>(pair_out.t().data),
@@ -110,15 +113,77 @@ void ExpectSameExperts(BackendPair& b, int64_t T, int64_t E, int64_t k, int64_t 
     }
   }
 
-  // With the gated shared expert: against the reference, and bitwise against the GPU's composition.
-  auto shared = b.Act(Normal(T * H, 12), {T, H});
-  auto gate = b.Act(Normal(T, 13), {T, 1});
-  auto fused = b.Out({T, H});
-  b.cpu().ExpertsAndShared(h.cpu.t(), idx.cpu.t(), w.cpu.t(), cpu_e, shared.cpu.t(), gate.cpu.t(), fused.cpu.t());
-  b.gpu().ExpertsAndShared(h.gpu.t(), idx.gpu.t(), w.gpu.t(), gpu_e, shared.gpu.t(), gate.gpu.t(), fused.gpu.t());
-  EXPECT_TRUE(b.Matches(fused, 4)) << "with the shared expert, T " << T;
-  b.gpu().AddSigmoidGated(out.gpu.t(), shared.gpu.t(), gate.gpu.t());
-  EXPECT_EQ(b.GpuFloats(fused), b.GpuFloats(out)) << "fused against RoutedExperts + AddSigmoidGated, T " << T;
+  // With the gated shared expert (Backend::ExpertsAndShared, from its gate/up output): against the
+  // reference, and against the GPU's composition (SiluMul, Linear, RoutedExperts,
+  // AddSigmoidGated): bitwise where the backend runs that composition with the add in the sum's
+  // kernel, within FP16 noise where the two decode kernels take the block (the shared expert's dot
+  // products add in their own order there).
+  for (const int64_t Is : {I, 3 * I}) {
+    auto shared_gu = b.Act(Normal(T * 2 * Is, 12), {T, 2 * Is});
+    std::vector<float> sd = Normal(H * Is, 14);
+    for (float& v : sd) v *= 0.03f;
+    auto shared_down = b.Act(sd, {H, Is});
+    auto gate = b.Act(Normal(T, 13), {T, 1});
+    auto fused = b.Out({T, H});
+    b.cpu().ExpertsAndShared(h.cpu.t(), idx.cpu.t(), w.cpu.t(), cpu_e, shared_gu.cpu.t(), shared_down.cpu.t(),
+                             gate.cpu.t(), fused.cpu.t());
+    b.gpu().ExpertsAndShared(h.gpu.t(), idx.gpu.t(), w.gpu.t(), gpu_e, shared_gu.gpu.t(), shared_down.gpu.t(),
+                             gate.gpu.t(), fused.gpu.t());
+    const std::string at = std::string(nvfp4 ? "nvfp4" : "dense") + " T " + std::to_string(T) + " k " +
+                           std::to_string(k) + " I " + std::to_string(I) + " Is " + std::to_string(Is);
+    EXPECT_TRUE(b.Matches(fused, 4)) << "with the shared expert, " << at;
+    auto composed = b.Out({T, H});
+    b.gpu().Backend::ExpertsAndShared(h.gpu.t(), idx.gpu.t(), w.gpu.t(), gpu_e, shared_gu.gpu.t(), shared_down.gpu.t(),
+                                      gate.gpu.t(), composed.gpu.t());
+    const cuda::SharedExpert shared{h16(shared_gu), h16(shared_down), Is, h16(gate), 1};
+    const std::vector<float> f = b.GpuFloats(fused), c = b.GpuFloats(composed);
+    if (!cuda::ExpertsAndSharedDecodeFits(gu, dn, T, k, shared)) {
+      EXPECT_EQ(f, c) << "against the composition, " << at;
+      continue;
+    }
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < f.size(); ++i) {
+      err += (static_cast<double>(f[i]) - c[i]) * (static_cast<double>(f[i]) - c[i]);
+      ref += static_cast<double>(c[i]) * c[i];
+    }
+    EXPECT_LE(err / ref, cuda_test::kFp16Nmse) << "the decode kernels against the composition, " << at;
+    auto again = b.Out({T, H});
+    b.gpu().ExpertsAndShared(h.gpu.t(), idx.gpu.t(), w.gpu.t(), gpu_e, shared_gu.gpu.t(), shared_down.gpu.t(),
+                             gate.gpu.t(), again.gpu.t());
+    EXPECT_EQ(b.GpuFloats(again), f) << "the decode kernels again, " << at;
+  }
+}
+
+// The two decode kernels take the model's MoE block at TP1, TP2 and TP4 (I = 640, 320, 160 with
+// k = 10: 4, 2 and 1 lanes a row) and the tiny model's (I = 64, k = 4); not prefill, I past 8
+// lanes a row, nor dense experts. Only shapes and alignment are asked: no GPU needed.
+TEST(MoeCuda, DecodeKernelsTakeTheModelsShapes) {
+  alignas(16) static uint8_t storage[64];
+  const uint8_t* p = storage;
+  const auto* f = reinterpret_cast<const float*>(storage);
+  const auto* x = reinterpret_cast<const __half*>(storage);
+  const auto projections = [&](int64_t H, int64_t I) {
+    return std::pair<cuda::ExpertProjection, cuda::ExpertProjection>{{p, p, f, f, I, nullptr, 2 * I, H},
+                                                                     {p, p, f, f, H, nullptr, H, I}};
+  };
+  for (auto [k, H, I] : {std::tuple<int64_t, int64_t, int64_t>{10, 2560, 640}, {10, 2560, 320}, {10, 2560, 160},
+                         {4, 64, 64}}) {
+    const auto [gu, dn] = projections(H, I);
+    const cuda::SharedExpert shared{x, x, I, x, 1};
+    EXPECT_TRUE(cuda::ExpertsAndSharedDecodeFits(gu, dn, 1, k, shared)) << "k " << k << " H " << H << " I " << I;
+    EXPECT_TRUE(cuda::ExpertsAndSharedDecodeFits(gu, dn, cuda::kPairwiseMaxTokens, k, shared));
+    EXPECT_FALSE(cuda::ExpertsAndSharedDecodeFits(gu, dn, cuda::kPairwiseMaxTokens + 1, k, shared));
+  }
+  const auto [gu, dn] = projections(2560, 2048);  // 64 chunks a row: 16 lanes
+  EXPECT_FALSE(cuda::ExpertsAndSharedDecodeFits(gu, dn, 1, 10, {x, x, 2048, x, 1}));
+  const auto [gu48, dn48] = projections(96, 48);  // K not a multiple of 32
+  EXPECT_FALSE(cuda::ExpertsAndSharedDecodeFits(gu48, dn48, 1, 3, {x, x, 48, x, 1}));
+  auto [gd, dd] = projections(2560, 640);
+  gd.dense = dd.dense = x;
+  EXPECT_FALSE(cuda::ExpertsAndSharedDecodeFits(gd, dd, 1, 10, {x, x, 640, x, 1}));
+  EXPECT_FALSE(cuda::ExpertsAndSharedDecodeFits(projections(2560, 640).first, projections(2560, 640).second, 1, 10,
+                                                {x + 1, x, 640, x, 1}))
+      << "a shared gate/up output that is not 16-byte aligned";
 }
 
 TEST(MoeCuda, Nvfp4ExpertsAtModelWidth) {
@@ -129,6 +194,10 @@ TEST(MoeCuda, Nvfp4ExpertsAtModelWidth) {
   ExpectSameExperts(b, 2, 12, 10, 2560, 320, true);  // TP2 slice of I
   ExpectSameExperts(b, 3, 12, 10, 2560, 160, true);  // TP4 slice of I
   ExpectSameExperts(b, 1, 4, 2, 2048, 2048, true);   // 16 lanes a row, 2 rows a warp
+  // The decode kernels at the tiny model's width (1 lane a row, 32 rows a block), and with H not
+  // a multiple of a block's rows.
+  ExpectSameExperts(b, 1, 8, 4, 64, 64, true);
+  ExpectSameExperts(b, 2, 8, 4, 80, 64, true);
   // Down's lane groups, where the chunks do not fit: K not a multiple of 32 (runs a lane loads at
   // once: gate/up 12 in batches of 8 and 4; down 5).
   ExpectSameExperts(b, 9, 5, 3, 48, 16, true);       // small and awkward

@@ -1,5 +1,6 @@
 // The routed experts' decode kernels (T ≤ kPairwiseMaxTokens): one GEMV per (token, expert) pair
-// for gate/up with SiLU·up fused, and one for down into FP32 per pair. In a header so that
+// for gate/up with SiLU·up fused, and one for down into FP32 per pair, or one for down that also
+// sums the pairs and adds the gated shared expert (DownCombineKernel). In a header so that
 // kernels/moe/moe_bench.cu can time each kernel and its row counts apart; moe_cuda.cu launches
 // them (RoutedExperts).
 #pragma once
@@ -407,6 +408,137 @@ inline void LaunchDownChunks(const __half* act, const int32_t* idx, const Nvfp4R
   const int64_t rows_a_block = kChunkThreads / kWarp * (kWarp / lanes);
   DownChunkKernel<<<dim3(pairs, CeilDiv(down.N, rows_a_block)), kChunkThreads, down.K * sizeof(__half), stream>>>(
       act, idx, down, pair_out, lanes);
+}
+
+// The down kernel that also ends the MoE block at decode (Backend::ExpertsAndShared): block
+// (a run of rows_b = 32 / lanes output rows, token t) takes those rows of each of the token's k
+// pairs, a warp a pair, as DownChunkKernel takes them, and the same rows of the shared expert's
+// dense FP16 down weight [H, Is] on kSharedWarps more warps, whose input silu(gate)·up it makes
+// from the shared gate/up output while it stages the pairs' inputs. Then thread r of the block
+// sums out[t, n] = Σ_j w[t, j] · pair_j[n] in j order, rounds it to FP16 and adds
+// sigmoid(gate_logit) · shared[n] (shared rounded to FP16 first), as CombineKernel rounds. The
+// per-pair outputs never leave the block, and the shared expert's SiLU·up, its GEMV and the sum
+// cost no launch of their own.
+constexpr int kSharedWarps = 4, kDownCombineMaxPairs = 16;
+
+struct SharedDown {
+  const __half* gu;  // [T, 2·Is]: gate, then up
+  const __half* w;   // [H, Is]
+  int Is;
+  const __half* gate_logit;  // column 0 of rows gate_stride apart
+  int64_t gate_stride;
+};
+
+// Dynamic shared memory of a block: the k pairs' inputs and the shared one, then the sums.
+inline size_t DownCombineSharedBytes(int64_t k, int64_t I, int64_t Is, int rows_b) {
+  return static_cast<size_t>(k * I + Is) * sizeof(__half) + static_cast<size_t>((k + 1) * rows_b) * sizeof(float);
+}
+
+static __global__ void __launch_bounds__(kWarp * (kDownCombineMaxPairs + kSharedWarps))
+    DownCombineKernel(const __half* __restrict__ act, const int32_t* __restrict__ idx, const __half* __restrict__ wts,
+                      Nvfp4Rows rows, SharedDown shared, __half* __restrict__ out, int k, int lanes) {
+  extern __shared__ uint4 smem[];
+  const int I = static_cast<int>(rows.K), H = static_cast<int>(rows.N), Is = shared.Is;
+  const int rows_b = kWarp / lanes, G = kSharedWarps * kWarp / rows_b;  // G: lanes a shared row
+  uint4* xs = smem;                   // k × I/8 pieces, each pair's rotated as StageX rotates them
+  uint4* sx = xs + k * (I / 8);       // Is/8 pieces: the shared expert's silu(gate)·up
+  float* part = reinterpret_cast<float*>(sx + Is / 8);  // [k][rows_b]
+  float* sh = part + k * rows_b;                        // [rows_b]
+  const int64_t t = blockIdx.y;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, n0 = blockIdx.x * rows_b;
+
+  // The weight loads go out first: a routed warp's chunks, or a shared lane's first pieces.
+  const bool routed = warp < k;
+  const int64_t pair = t * k + (routed ? warp : 0);
+  const int64_t e = idx[pair];
+  const int rn = n0 + lane / lanes;
+  RowChunks r{};
+  const int sflat = routed ? 0 : (warp - k) * kWarp + lane, srow = sflat / G, sq = sflat % G;
+  const int sn = routed ? H : n0 + srow;  // routed warps load no shared row
+  const int pieces = Is / 8;
+  const uint4* swrow = reinterpret_cast<const uint4*>(shared.w + static_cast<int64_t>(sn < H ? sn : 0) * Is);
+  uint4 sw[kChunks];
+  if (routed) {
+    r = LoadRowChunks(rows, rn < H ? e * H + rn : -1, lane % lanes, lanes);
+  } else {
+#pragma unroll
+    for (int u = 0; u < kChunks; ++u) {
+      const int p = sq + G * u;
+      sw[u] = sn < H && p < pieces ? gemv::LoadStreamed(swrow + p) : make_uint4(0, 0, 0, 0);
+    }
+  }
+
+  // Stage the inputs: the pairs' act rows as they are, the shared one as SiluMulKernel makes it.
+  const int xp = I / 8;
+  for (int p = threadIdx.x; p < k * xp; p += blockDim.x) {
+    const int j = p / xp, q = p % xp;
+    xs[j * xp + XPiece(q / 4, q % 4)] = __ldg(reinterpret_cast<const uint4*>(act + (t * k + j) * I) + q);
+  }
+  const __half* gu = shared.gu + t * 2 * Is;
+  for (int p = threadIdx.x; p < pieces; p += blockDim.x) {
+    float g[8], u[8], y[8];
+    LoadF<8>(gu + 8 * p, g);
+    LoadF<8>(gu + Is + 8 * p, u);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) y[i] = __half2float(__float2half(Silu(g[i]) * u[i]));
+    StoreHalves<8>(reinterpret_cast<__half*>(sx + p), y);
+  }
+  __syncthreads();
+
+  if (routed) {
+    float dot = RowChunksDot(r, xs + warp * xp, lane % lanes, lanes, I / kChunkCols);
+    for (int o = lanes / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    if (lane % lanes == 0) part[warp * rows_b + lane / lanes] = rn < H ? dot * Nvfp4Rows::kUnscale * rows.Global(e, rn) : 0.0f;
+  } else {
+    float acc = 0;
+    for (int base = 0;; base += G * kChunks) {
+#pragma unroll
+      for (int u = 0; u < kChunks; ++u) {
+        const int p = base + sq + G * u;
+        if (p < pieces) {
+          float xf[8];
+          LoadF<8>(reinterpret_cast<const __half*>(sx + p), xf);
+          acc += DenseRows::Dot<8>(DenseRows::Run<8>{{sw[u]}}, xf);
+        }
+      }
+      if (base + G * kChunks >= pieces) break;
+#pragma unroll
+      for (int u = 0; u < kChunks; ++u) {  // rows longer than one batch: the next one's loads
+        const int p = base + G * kChunks + sq + G * u;
+        sw[u] = sn < H && p < pieces ? gemv::LoadStreamed(swrow + p) : make_uint4(0, 0, 0, 0);
+      }
+    }
+    for (int o = G / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (sq == 0) sh[srow] = acc;
+  }
+  __syncthreads();
+
+  if (threadIdx.x < rows_b && n0 + static_cast<int>(threadIdx.x) < H) {
+    const int n = n0 + threadIdx.x;
+    float acc = 0;
+    for (int j = 0; j < k; ++j) acc = __fmaf_rn(__half2float(wts[t * k + j]), part[j * rows_b + threadIdx.x], acc);
+    const float s = Sigmoid(__half2float(shared.gate_logit[t * shared.gate_stride]));
+    const float sv = __half2float(__float2half(sh[threadIdx.x]));
+    out[t * H + n] = __float2half(__fmaf_rn(s, sv, __half2float(__float2half(acc))));
+  }
+}
+
+// Whether DownCombineKernel takes the shapes: the chunked kernel's rows with 1 to 8 lanes a row
+// (so that a shared row has at most a warp's lanes), up to kDownCombineMaxPairs pairs a token,
+// the inputs within 48 KB of shared memory, 16-byte rows of the shared expert.
+inline bool DownCombineFits(const Nvfp4Rows& down, int64_t k, const SharedDown& s) {
+  const int lanes = ChunkLanes(down.K);
+  return ChunksFit(down) && lanes <= 8 && k >= 1 && k <= kDownCombineMaxPairs && s.Is >= 8 && s.Is % 8 == 0 &&
+         DownCombineSharedBytes(k, down.K, s.Is, kWarp / lanes) <= 48 * 1024 &&
+         reinterpret_cast<uintptr_t>(s.gu) % 16 == 0 && reinterpret_cast<uintptr_t>(s.w) % 16 == 0;
+}
+
+inline void LaunchDownCombine(const __half* act, const int32_t* idx, const __half* w, const Nvfp4Rows& down,
+                              const SharedDown& shared, __half* out, int64_t T, int64_t k, cudaStream_t stream) {
+  const int lanes = ChunkLanes(down.K), rows_b = kWarp / lanes;
+  DownCombineKernel<<<dim3(CeilDiv(down.N, rows_b), T), kWarp * (k + kSharedWarps),
+                      DownCombineSharedBytes(k, down.K, shared.Is, rows_b), stream>>>(
+      act, idx, w, down, shared, out, static_cast<int>(k), lanes);
 }
 
 }  // namespace q38::cuda::moe_decode

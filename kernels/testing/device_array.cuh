@@ -49,4 +49,10 @@ inline std::vector<float> ToHost(const __half* d, size_t n) {
   return f;
 }
 
+inline std::vector<float> ToHost(const float* d, size_t n) {
+  std::vector<float> f(n);
+  Q38_CUDA_CHECK(cudaMemcpy(f.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+  return f;
+}
+
 }  // namespace q38::bench

@@ -69,11 +69,24 @@ absl::Status Model::AllReduce(Buffer& partial) {
   return comm_.AllReduceSum(partial.t());
 }
 
-void Model::HyperConnection(const HcWeights& w, const Tensor& X, Buffer& h, Buffer* g) {
-  // One op (Backend::HcPre): the CUDA backend runs a one-token module as two kernels.
+void Model::HyperConnection(const HcWeights& w, Tensor& X, Buffer& h, Buffer* g, PendingResidual& last) {
+  // One op (Backend::HcResidualPre or HcPre): the CUDA backend runs a one-token module as two kernels.
   Tensor none;
-  backend_.HcPre(X, w.norm.t(), w.down_inject.t(), w.up.t(), h.t(), g != nullptr ? g->t() : none, config_.hc_count,
-                 eps_);
+  Tensor& gates = g != nullptr ? g->t() : none;
+  if (last.g == nullptr) {
+    backend_.HcPre(X, w.norm.t(), w.down_inject.t(), w.up.t(), h.t(), gates, config_.hc_count, eps_);
+    return;
+  }
+  const int64_t T = X.dim(0), from = last.y.t().dim(0) - T;
+  backend_.HcResidualPre(X, last.g->t().Rows(from, T), last.y.t().Rows(from, T), w.norm.t(), w.down_inject.t(),
+                         w.up.t(), h.t(), gates, config_.hc_count, eps_);
+  last = {};
+}
+
+void Model::AddResidual(Tensor& X, PendingResidual& last) {
+  if (last.g == nullptr) return;
+  backend_.HcResidual(X, last.g->t(), last.y.t());
+  last = {};
 }
 
 std::vector<Buffer> Model::Project(const Tensor& h, const StackedProjection& w) {
@@ -159,7 +172,7 @@ Buffer Model::Attention(const AttentionWeights& w, const Tensor& h, const Tensor
 
 Buffer Model::Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t position) {
   const ModelConfig& c = config_;
-  const int64_t T = h.dim(0), k = c.experts_per_token, E = c.num_experts, Isl = w.shared_down.t().dim(1);
+  const int64_t T = h.dim(0), k = c.experts_per_token, E = c.num_experts;
   std::vector<Buffer> in = Project(h, w.in);
   const Buffer &logits = in[0], &gu = in[1], &sg = in[2];
   Buffer idx = backend_.Alloc(DType::kI32, {T, k}), weights = Act({T, k});
@@ -179,11 +192,8 @@ Buffer Model::Moe(const MoeWeights& w, const Tensor& h, int layer, int64_t posit
       CopyFloatsFromHost(r.weights, weights.t());
     }
   }
-  Buffer act = Act({T, Isl}), shared = Act({T, c.hidden_size});
-  backend_.SiluMul(gu.t(), act.t());
-  backend_.Linear(act.t(), w.shared_down.t(), shared.t());
   Buffer out = Act({T, c.hidden_size});
-  backend_.ExpertsAndShared(h, idx.t(), weights.t(), w.experts, shared.t(), sg.t(), out.t());
+  backend_.ExpertsAndShared(h, idx.t(), weights.t(), w.experts, gu.t(), w.shared_down.t(), sg.t(), out.t());
   return out;
 }
 
@@ -246,25 +256,33 @@ absl::StatusOr<Buffer> Model::Step(int64_t T, const StepInputs& in, SequenceStat
   // stream would round away part of every update (docs/model.md §5).
   Buffer X = backend_.Alloc(DType::kF32, {T, S * H});
   backend_.EmbedStreams(weights_.embed.t(), in.ids.t(), X.t(), S);
-  Buffer h = Act({T, H}), g = Act({T, S});
+  // Two sets of gates in turn: a pre step writes one while it adds the residual of the other.
+  Buffer h = Act({T, H}), gates[2] = {Act({T, S}), Act({T, S})};
+  PendingResidual last;
+  int turn = 0;
   for (int i = 0; i < c.num_layers; ++i) {
     const LayerWeights& l = weights_.layers[i];
-    if (l.ple) Ple(*l.ple, X.t(), in.ple_rows[i].t(), state);
-    HyperConnection(l.attn_hc, X.t(), h, &g);
+    if (l.ple) {
+      AddResidual(X.t(), last);
+      Ple(*l.ple, X.t(), in.ple_rows[i].t(), state);
+    }
+    Buffer* g = &gates[turn ^= 1];
+    HyperConnection(l.attn_hc, X.t(), h, g, last);
     Buffer y = c.is_attention(i) ? Attention(l.attn, h.t(), in.positions.t(), state.attention[i], i, state.length)
                                  : GatedDeltaNet(l.gdn, h.t(), state.gdn[i]);
     RETURN_IF_ERROR(AllReduce(y));
-    backend_.HcResidual(X.t(), g.t(), y.t());
+    last = {g, std::move(y)};
     if (between_blocks) RETURN_IF_ERROR(between_blocks());
-    HyperConnection(l.mlp_hc, X.t(), h, &g);
+    g = &gates[turn ^= 1];
+    HyperConnection(l.mlp_hc, X.t(), h, g, last);
     Buffer m = Moe(l.moe, h.t(), i, state.length);
     RETURN_IF_ERROR(AllReduce(m));
-    backend_.HcResidual(X.t(), g.t(), m.t());
+    last = {g, std::move(m)};
     if (between_blocks) RETURN_IF_ERROR(between_blocks());
   }
-  Tensor last = X.t().Rows(T - keep, keep);
+  Tensor last_rows = X.t().Rows(T - keep, keep);
   Buffer hf = Act({keep, H});
-  HyperConnection(weights_.mixer, last, hf, nullptr);
+  HyperConnection(weights_.mixer, last_rows, hf, nullptr, last);
   Buffer logits = Act({keep, weights_.lm_head.t().dim(0)});
   backend_.Linear(hf.t(), weights_.lm_head.t(), logits.t());
   return logits;

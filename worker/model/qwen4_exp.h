@@ -135,9 +135,18 @@ class Model {
   // it can be recorded once and replayed at any position.
   absl::StatusOr<Buffer> Step(int64_t T, const StepInputs& in, SequenceState& state, int64_t keep,
                               const std::function<absl::Status()>& between_blocks = nullptr);
-  // Runs a hyper-connection module's pre step (Backend::HcPre): h [T, H] and, with inject, gains
-  // g [T, S].
-  void HyperConnection(const HcWeights& w, const Tensor& X, Buffer& h, Buffer* g);
+  // A sub-block's output y [T, H] and its gates g [T, S]: the residual update X += g·y that the
+  // next pre step makes (Backend::HcResidualPre), so that it costs no pass of its own.
+  struct PendingResidual {
+    Buffer* g = nullptr;
+    Buffer y;
+  };
+  // Runs a hyper-connection module's pre step (Backend::HcPre), first adding `last` to X where it
+  // holds one (X may be the last rows of the step's streams; `last` then covers all of them):
+  // h [T, H] and, with inject, gains g [T, S], which must not be last's.
+  void HyperConnection(const HcWeights& w, Tensor& X, Buffer& h, Buffer* g, PendingResidual& last);
+  // Adds `last` to X now (before an op that reads X other than a pre step).
+  void AddResidual(Tensor& X, PendingResidual& last);
   // Every part of a stacked projection of h, each [T, rows]. A one-token step runs one GEMV over
   // the stack and takes each part as a view of its output; more tokens run one product per part,
   // since a part of a T-row output would not be contiguous.
