@@ -31,6 +31,19 @@ void Backend::HcResidualPre(Tensor& X, const Tensor& g_last, const Tensor& y, co
   HcPre(X, norm, down_inject, up, h, g, streams, eps);
 }
 
+void Backend::GdnMixer(const Tensor& raw, const Tensor& z, const Tensor& b, const Tensor& a, const GdnMixerWeights& w,
+                       Tensor& conv_state, Tensor& state, Tensor& y, float eps) {
+  const int64_t T = raw.dim(0), Hv = a.dim(-1);
+  Buffer xc = Alloc(act_dtype(), {T, raw.dim(-1)});
+  CausalConv(raw, w.conv, conv_state, xc.t(), /*dilation=*/1);
+  // The gates stay FP32 on every backend: the decay exp(g) compounds over the whole sequence.
+  Buffer beta = Alloc(DType::kF32, {T, Hv}), g = Alloc(DType::kF32, {T, Hv});
+  GdnGates(b, a, w.a_log, w.dt_bias, beta.t(), g.t());
+  Buffer o = Alloc(act_dtype(), {T, z.dim(-1)});
+  GdnDeltaRule(xc.t(), beta.t(), g.t(), state, o.t(), w.key_heads, w.key_dim, /*chunked=*/T > 1);
+  GatedRmsNorm(o.t(), z, w.norm, y, w.sigmoid_gate, eps);
+}
+
 void Backend::NormRope(Tensor& x, const Tensor& w, const Tensor& positions, int64_t rotary_dim, double theta,
                        float eps, Tensor& cache) {
   RmsNorm(x, w, x, x.dim(-1), /*zero_centred=*/true, eps);

@@ -80,6 +80,19 @@ class Backend {
                         Tensor& beta, Tensor& g) = 0;
   virtual void GdnDeltaRule(const Tensor& qkv, const Tensor& beta, const Tensor& g, Tensor& state,
                             Tensor& o, int64_t key_heads, int64_t key_dim, bool chunked) = 0;
+  // A GDN layer's mixer from its projections to its gated norm as one op (fused: docs/cuda.md),
+  // the composition
+  //   xc = CausalConv(raw, w.conv, conv_state, dilation 1);  beta, g = GdnGates(b, a, w.a_log, w.dt_bias);
+  //   o = GdnDeltaRule(xc, beta, g, state, w.key_heads, w.key_dim, chunked: T > 1);
+  //   y = GatedRmsNorm(o, z, w.norm, w.sigmoid_gate, eps)
+  // with raw [T, 2·Hk·dk + Hv·dv], z and y [T, Hv·dv], b and a [T, Hv]. This default runs the four.
+  struct GdnMixerWeights {
+    Tensor conv, a_log, dt_bias, norm;
+    int64_t key_heads = 0, key_dim = 0;
+    bool sigmoid_gate = false;
+  };
+  virtual void GdnMixer(const Tensor& raw, const Tensor& z, const Tensor& b, const Tensor& a, const GdnMixerWeights& w,
+                        Tensor& conv_state, Tensor& state, Tensor& y, float eps);
 
   // QSA (kernels/attention).
   // Pools every block that a token at one of `positions` completes.

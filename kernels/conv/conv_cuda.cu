@@ -1,3 +1,4 @@
+#include "kernels/conv/conv4_tap.cuh"
 #include "kernels/conv/conv_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
@@ -32,8 +33,8 @@ __global__ void CausalConvKernel(const __half* __restrict__ x, const __half* __r
 // The GDN layers' conv (4 taps, dilation 1) where C % 8 == 0 and the pointers are 16-byte
 // aligned: a thread per (8 channels, tile of kTile tokens) keeps the last three rows of its
 // channels in registers and reads each input row once, 16 bytes at a time, kAhead rows ahead, so a
-// prefill call streams at memory speed. Sums in CausalConvKernel's order: the same bits.
-constexpr int kTaps4 = 4, kAhead = 8;
+// prefill call streams at memory speed. Sums in CausalConvKernel's order (Conv4Tap): the same bits.
+constexpr int kTaps4 = kConv4Taps, kAhead = 8;
 __global__ void __launch_bounds__(128) CausalConv4Kernel(const __half* __restrict__ x, const __half* __restrict__ w,
                                                          __half* state, __half* __restrict__ y, int64_t T, int64_t C) {
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
@@ -63,11 +64,8 @@ __global__ void __launch_bounds__(128) CausalConv4Kernel(const __half* __restric
       LoadF<8>(reinterpret_cast<const __half*>(&raw[a]), in);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        float acc = 0;
-#pragma unroll
-        for (int k = 0; k < kHist; ++k) acc += wk[j][k] * win[k][j];
-        acc += wk[j][kHist] * in[j];
-        out[j] = Silu(acc);
+        const float hist[kHist] = {win[0][j], win[1][j], win[2][j]};
+        out[j] = Conv4Tap(wk[j], hist, in[j]);
       }
       StoreHalves<8>(y + (t + a) * C + c, out);
 #pragma unroll

@@ -156,10 +156,14 @@ class CudaBackendImpl final : public CudaBackend {
   CudaBackendImpl(CudaDeviceInfo info, cudaStream_t stream, GridKernels grid)
       : info_(std::move(info)), stream_(stream), grid_(grid) {
     DeviceTenants::Enter(info_.ordinal);
+    // Outside the allocator, which step graphs borrow from: the counters outlive every graph.
+    Q38_CUDA_CHECK(cudaMalloc(&arrivals_, kArrivals * sizeof(int)));
+    Q38_CUDA_CHECK(cudaMemset(arrivals_, 0, kArrivals * sizeof(int)));
   }
   ~CudaBackendImpl() override {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
+    cudaFree(arrivals_);
     DeviceTenants::Leave(info_.ordinal);
   }
 
@@ -284,6 +288,22 @@ class CudaBackendImpl final : public CudaBackend {
   void GdnGates(const Tensor& b, const Tensor& a, const Tensor& a_log, const Tensor& dt_bias, Tensor& beta,
                 Tensor& g) override {
     cuda::GdnGates(H(b), H(a), F(a_log), F(dt_bias), F(beta), F(g), Rows(b), b.dim(-1), stream_);
+  }
+  // One token: one kernel (gdn_cuda.h, GdnMixer); otherwise the four ops.
+  void GdnMixer(const Tensor& raw, const Tensor& z, const Tensor& b, const Tensor& a, const GdnMixerWeights& w,
+                Tensor& conv_state, Tensor& state, Tensor& y, float eps) override {
+    const int64_t Hk = w.key_heads, Hv = state.dim(0), dk = state.dim(1), dv = state.dim(2);
+    const bool fits = Rows(raw) == 1 && dk == w.key_dim && raw.dim(-1) == 2 * Hk * dk + Hv * dv &&
+                      z.numel() == Hv * dv && y.numel() == Hv * dv && a.numel() == Hv && b.numel() == Hv &&
+                      w.conv.dim(1) == 4 && conv_state.dim(0) == 3 && w.norm.numel() == dv &&
+                      cuda::GdnMixerArrivals(Hk, Hv) <= kArrivals && cuda::GdnMixerFits(Hk, Hv, dk);
+    if (!fits) {
+      Backend::GdnMixer(raw, z, b, a, w, conv_state, state, y, eps);
+      return;
+    }
+    Buffer o = Alloc(DType::kF16, {Hv * dv});
+    cuda::GdnMixer(H(raw), H(z), H(b), H(a), {H(w.conv), F(w.a_log), F(w.dt_bias), H(w.norm), eps, w.sigmoid_gate},
+                   H(conv_state), F(state), H(o.t()), H(y), arrivals_, Hk, Hv, dk, dv, stream_);
   }
   // Calls of 32 tokens or more take the chunked form and calls below it the recurrent one,
   // whatever `chunked` says (it picks the CPU's form).
@@ -496,8 +516,12 @@ class CudaBackendImpl final : public CudaBackend {
                         {H(act.t()), F(pair_out.t()), grouped ? I32(groups.t()) : nullptr}, T, k, E, stream_, shared);
   }
 
+  // Arrival counters of the kernels whose last block finishes a step (GdnMixer), zero between calls.
+  static constexpr int64_t kArrivals = 1024;
+
   CudaDeviceInfo info_;
   cudaStream_t stream_;
+  int* arrivals_ = nullptr;
   cuda::DeviceAllocator allocator_;
   std::shared_ptr<StagingPool> staging_ = std::make_shared<StagingPool>();
   int64_t overflow_ = 0;

@@ -1,8 +1,9 @@
 // Lab bench of a GDN layer's kernels on one GPU (kernels/testing/bench_timing.h), at the full-size
 // per-rank shapes of TP1, TP2 and TP4 (dk = dv = 128, a 4-tap conv): the four kernels between the
 // layer's projections (CausalConv, GdnGates, GdnDeltaRule, GatedRmsNorm), each alone and the four
-// in sequence. One token: µs per layer inside a CUDA graph of 36 layers (a decode step's GDN
-// layers), and eagerly, each launch on its own layer's states (copies spanning 256 MB, so the
+// in sequence, and at one token the four as one kernel (GdnMixer; its y and state must be the four's
+// bits, else the exit status is 1). One token: µs per layer inside a CUDA graph of 36 layers (a
+// decode step's GDN layers), and eagerly, each launch on its own layer's states (copies spanning 256 MB, so the
 // states arrive cold from memory as in the model). Then 8,192 tokens (the chunked delta rule).
 // The stream-read ceiling of the machine is printed beside the state's GB/s.
 // Usage: gdn_bench
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <vector>
 
 #include "kernels/conv/conv_cuda.h"
 #include "kernels/cuda/cuda_check.h"
@@ -37,6 +39,7 @@ struct Layers {
   int64_t Hk, Hv, C, V, T, copies;
   std::unique_ptr<DeviceArray<__half>> qkv, z, b, a, conv_w, conv_state, xc, o, y, norm;
   std::unique_ptr<DeviceArray<float>> a_log, dt_bias, state, beta, g, scratch;
+  std::unique_ptr<DeviceArray<int>> arrivals;
   Layers(int64_t Hk_, int64_t Hv_, int64_t T_, cudaStream_t s) : Hk(Hk_), Hv(Hv_), T(T_) {
     C = 2 * Hk * kDk + Hv * kDv;
     V = Hv * kDv;
@@ -57,6 +60,8 @@ struct Layers {
     beta = std::make_unique<DeviceArray<float>>(T * Hv);
     g = std::make_unique<DeviceArray<float>>(T * Hv);
     scratch = std::make_unique<DeviceArray<float>>(std::max<int64_t>(cuda::GdnDeltaRuleScratchFloats(T, Hv), 1));
+    arrivals = std::make_unique<DeviceArray<int>>(cuda::GdnMixerArrivals(Hk, Hv));
+    Q38_CUDA_CHECK(cudaMemsetAsync(arrivals->p, 0, cuda::GdnMixerArrivals(Hk, Hv) * sizeof(int), s));
     FillHalfKernel<<<1024, 256, 0, s>>>(qkv->p, T * C, 1, 4.0f);
     FillHalfKernel<<<1024, 256, 0, s>>>(z->p, T * V, 2, 4.0f);
     FillHalfKernel<<<64, 256, 0, s>>>(b->p, T * Hv, 3, 4.0f);
@@ -87,6 +92,27 @@ struct Layers {
     Delta(i, s);
     Norm(s);
   }
+  // The four as one kernel (one token).
+  void Mixer(int i, cudaStream_t s) {
+    cuda::GdnMixer(qkv->p, z->p, b->p, a->p, {ConvW(i), a_log->p, dt_bias->p, norm->p, 1e-6f, false}, ConvState(i),
+                   State(i), o->p, y->p, arrivals->p, Hk, Hv, kDk, kDv, s);
+  }
+  // y of the four and of the one from the same states of layer 0 (restored between): the same bits?
+  bool MixerMatches(cudaStream_t s) {
+    const int64_t hist = (kTaps - 1) * C, cells = Hv * kDk * kDv;
+    DeviceArray<__half> hist0(hist);
+    DeviceArray<float> state0(cells);
+    Q38_CUDA_CHECK(cudaMemcpyAsync(hist0.p, ConvState(0), hist * 2, cudaMemcpyDeviceToDevice, s));
+    Q38_CUDA_CHECK(cudaMemcpyAsync(state0.p, State(0), cells * 4, cudaMemcpyDeviceToDevice, s));
+    All(0, s);
+    Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+    const std::vector<float> four = bench::ToHost(y->p, V), state4 = bench::ToHost(State(0), cells);
+    Q38_CUDA_CHECK(cudaMemcpyAsync(ConvState(0), hist0.p, hist * 2, cudaMemcpyDeviceToDevice, s));
+    Q38_CUDA_CHECK(cudaMemcpyAsync(State(0), state0.p, cells * 4, cudaMemcpyDeviceToDevice, s));
+    Mixer(0, s);
+    Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+    return bench::ToHost(y->p, V) == four && bench::ToHost(State(0), cells) == state4;
+  }
 };
 
 
@@ -94,6 +120,7 @@ int Run(Bench& b) {
   const cudaStream_t s = b.stream();
   const double stream_gbs = b.StreamReadGBs();
   const int iters = 36;  // the GDN layers of one decode step
+  int failures = 0;
   struct Shape {
     const char* name;
     int64_t Hk, Hv;
@@ -102,8 +129,9 @@ int Run(Bench& b) {
   std::printf("\nceilings: stream read %.0f GB/s\n\n## GDN layer, one token\n\n"
               "µs per layer in a CUDA graph of %d layers (the four in sequence also eagerly, in brackets); each "
               "layer's states cold. GB/s: the FP32 state read and written by the delta rule.\n\n"
-              "| shape | state MB | conv | gates | delta rule | gated norm | all four | delta rule GB/s |\n"
-              "|---|---|---|---|---|---|---|---|\n",
+              "| shape | state MB | conv | gates | delta rule | gated norm | all four | delta rule GB/s | one kernel "
+              "(GdnMixer) | its y and state against the four |\n"
+              "|---|---|---|---|---|---|---|---|---|---|\n",
               stream_gbs, iters);
   for (const Shape& c : shapes) {
     Layers l(c.Hk, c.Hv, 1, s);
@@ -113,9 +141,13 @@ int Run(Bench& b) {
     const double norm = b.Graph(iters, [&](int, cudaStream_t st) { l.Norm(st); }).median_us;
     const bench::Launch all = [&](int i, cudaStream_t st) { l.All(i, st); };
     const Timing ta = b.Graph(iters, all), ea = b.Eager(iters, all);
-    std::printf("| %s decode | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f (%.2f) | %.0f |\n", c.name,
+    const bool same = l.MixerMatches(s);
+    failures += same ? 0 : 1;
+    const bench::Launch one = [&](int i, cudaStream_t st) { l.Mixer(i, st); };
+    const Timing tm = b.Graph(iters, one), em = b.Eager(iters, one);
+    std::printf("| %s decode | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f (%.2f) | %.0f | %.2f (%.2f) | %s |\n", c.name,
                 l.StateBytes() / 1e6, conv, gates, delta, norm, ta.median_us, ea.median_us,
-                2 * l.StateBytes() / (delta * 1e3));
+                2 * l.StateBytes() / (delta * 1e3), tm.median_us, em.median_us, same ? "bitwise" : "MISMATCH");
     std::fflush(stdout);
   }
   std::printf("\n## GDN layer, 8,192 tokens\n\nµs per layer, eager (the chunked delta rule).\n\n"
@@ -134,7 +166,7 @@ int Run(Bench& b) {
                 T / (all * 1e-6));
     std::fflush(stdout);
   }
-  return 0;
+  return failures;
 }
 
 }  // namespace

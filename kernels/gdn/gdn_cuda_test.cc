@@ -1,6 +1,9 @@
 // Gated DeltaNet on the GPU against the reference over many calls (prefill chunks of several
 // lengths, both kernels, then decode steps), the FP32 state compared after each; at the model's per-rank head
-// counts for TP1, TP2 and TP4 and at the tiny geometry.
+// counts for TP1, TP2 and TP4 and at the tiny geometry; and the whole mixer of a decode step in one
+// kernel against its four.
+#include <string>
+
 #include "kernels/testing/backend_pair.h"
 
 namespace q38 {
@@ -40,6 +43,52 @@ TEST_P(GdnCuda, ManyCallsMatchReference) {
     b.gpu().GdnDeltaRule(qkv.gpu.t(), beta.gpu.t(), gate.gpu.t(), state.gpu.t(), o.gpu.t(), g.Hk, g.dk, T > 1);
     EXPECT_TRUE(b.Matches(o, 2)) << "o, T " << T;
     EXPECT_TRUE(b.Matches(state, 0.1)) << "state, T " << T;
+  }
+}
+
+// The whole mixer (Backend::GdnMixer: one kernel at T = 1) over calls of one token, then a few, then
+// one again: against the CPU reference, and bit for bit against the GPU's four kernels on their own
+// copies of the conv history and the state (y, history and state after every call), so the
+// arrival counters are seen to start each call at zero.
+TEST_P(GdnCuda, MixerMatchesItsFourKernels) {
+  Q38_REQUIRE_GPU();
+  const Geometry g = GetParam();
+  BackendPair b;
+  const int64_t width = 2 * g.Hk * g.dk + g.Hv * g.dv, Dv = g.Hv * g.dv;
+  std::vector<float> a_log = Normal(g.Hv, 1), dt_bias = Normal(g.Hv, 2), conv_w = Normal(width * 4, 3);
+  for (float& v : a_log) v = -1.0f + 0.5f * v;
+  for (float& v : conv_w) v *= 0.5f;
+  auto alog = b.F32(a_log, {g.Hv}), dtb = b.F32(dt_bias, {g.Hv});
+  auto cw = b.Act(conv_w, {width, 4});
+  auto norm = b.Act(cpu::op_test::Uniform(g.dv, 4, 0.5f, 1.5f), {g.dv});
+  const std::vector<float> zeros_state(g.Hv * g.dk * g.dv, 0.0f), zeros_hist(3 * width, 0.0f);
+  auto state = b.F32(zeros_state, {g.Hv, g.dk, g.dv}), state4 = b.F32(zeros_state, {g.Hv, g.dk, g.dv});
+  auto hist = b.Act(zeros_hist, {3, width}), hist4 = b.Act(zeros_hist, {3, width});
+  uint32_t seed = 50;
+  for (bool sigmoid_gate : {false, true}) {
+    for (int64_t T : {1, 1, 1, 3, 1, 1}) {
+      auto raw = b.Act(Normal(T * width, seed++), {T, width});
+      auto z = b.Act(Normal(T * Dv, seed++), {T, Dv});
+      auto bb = b.Act(Normal(T * g.Hv, seed++), {T, g.Hv}), aa = b.Act(Normal(T * g.Hv, seed++), {T, g.Hv});
+      const auto weights = [&](bool gpu) {
+        return Backend::GdnMixerWeights{gpu ? cw.gpu.t() : cw.cpu.t(), gpu ? alog.gpu.t() : alog.cpu.t(),
+                                        gpu ? dtb.gpu.t() : dtb.cpu.t(), gpu ? norm.gpu.t() : norm.cpu.t(),
+                                        g.Hk, g.dk, sigmoid_gate};
+      };
+      auto y = b.Out({T, Dv}), y4 = b.Out({T, Dv});
+      b.cpu().GdnMixer(raw.cpu.t(), z.cpu.t(), bb.cpu.t(), aa.cpu.t(), weights(false), hist.cpu.t(), state.cpu.t(),
+                       y.cpu.t(), 1e-6f);
+      b.gpu().GdnMixer(raw.gpu.t(), z.gpu.t(), bb.gpu.t(), aa.gpu.t(), weights(true), hist.gpu.t(), state.gpu.t(),
+                       y.gpu.t(), 1e-6f);
+      b.gpu().Backend::GdnMixer(raw.gpu.t(), z.gpu.t(), bb.gpu.t(), aa.gpu.t(), weights(true), hist4.gpu.t(),
+                                state4.gpu.t(), y4.gpu.t(), 1e-6f);
+      const std::string at = "T " + std::to_string(T) + (sigmoid_gate ? " sigmoid gate" : " silu gate");
+      EXPECT_TRUE(b.Matches(y, 4)) << "y against the CPU, " << at;
+      EXPECT_TRUE(b.Matches(state, 0.1)) << "state against the CPU, " << at;
+      EXPECT_EQ(b.GpuFloats(y), b.GpuFloats(y4)) << "y against the four kernels, " << at;
+      EXPECT_EQ(b.GpuFloats(hist), b.GpuFloats(hist4)) << "conv history against the four kernels, " << at;
+      EXPECT_EQ(b.GpuFloats(state), b.GpuFloats(state4)) << "state against the four kernels, " << at;
+    }
   }
 }
 

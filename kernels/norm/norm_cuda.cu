@@ -6,16 +6,6 @@
 namespace q38::cuda {
 namespace {
 
-// 1/RMS of group[0..n) for a whole warp.
-__device__ __forceinline__ float GroupInvRms(const __half* group, int64_t n, float eps, int lane) {
-  float ss = 0;
-  for (int64_t i = lane; i < n; i += kWarp) {
-    const float v = __half2float(group[i]);
-    ss += v * v;
-  }
-  return rsqrtf(WarpSum(ss) / n + eps);
-}
-
 // One block per group (kernels/norm/rms_norm_group.cuh), so y may alias x.
 template <typename TX, int kStep>
 __global__ void __launch_bounds__(kNormThreads)
@@ -29,16 +19,10 @@ __global__ void __launch_bounds__(kNormThreads)
 __global__ void GatedRmsNormKernel(const __half* __restrict__ o, const __half* __restrict__ z,
                                    const __half* __restrict__ w, __half* __restrict__ y, int64_t groups,
                                    int64_t group, float eps, bool sigmoid_gate) {
-  const int lane = threadIdx.x % kWarp;
   const int64_t gi = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   if (gi >= groups) return;
   const int64_t base = gi * group;
-  const float inv = GroupInvRms(o + base, group, eps, lane);
-  for (int64_t i = lane; i < group; i += kWarp) {
-    const float zv = __half2float(z[base + i]);
-    const float gate = sigmoid_gate ? Sigmoid(zv) : Silu(zv);
-    y[base + i] = __float2half(__half2float(o[base + i]) * inv * __half2float(w[i]) * gate);
-  }
+  GatedRmsNormGroup(o + base, z + base, w, y + base, group, eps, sigmoid_gate, threadIdx.x % kWarp);
 }
 
 constexpr int kThreads = 256;

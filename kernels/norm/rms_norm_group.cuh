@@ -1,5 +1,6 @@
 // The RMSNorm of one group by a whole block, shared by the norm kernels and the fused ones that
-// normalize before they go on (kernels/rope, NormRope), so that both round exactly alike.
+// normalize before they go on (kernels/rope, NormRope), so that both round exactly alike; and the
+// gated RMSNorm of one group by a warp, shared likewise with the fused GDN mixer (kernels/gdn).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -35,6 +36,27 @@ __device__ __forceinline__ void RmsNormGroup(const TX* x, const __half* __restri
 #pragma unroll
     for (int j = 0; j < kStep; ++j) v[j] *= inv * (offset + wv[j]);
     StoreHalves<kStep>(y + i, v);
+  }
+}
+
+// y[i] = o[i] · 1/RMS(o) · w[i] · gate(z[i]) over one group by one warp (lane l takes l, l + 32, …;
+// the squares summed lane-strided, then across the warp); gate is sigmoid or SiLU. kPastL1 reads
+// o from L2 (other blocks of the same kernel wrote it).
+template <bool kPastL1 = false>
+__device__ __forceinline__ void GatedRmsNormGroup(const __half* o, const __half* __restrict__ z,
+                                                  const __half* __restrict__ w, __half* __restrict__ y, int64_t group,
+                                                  float eps, bool sigmoid_gate, int lane) {
+  const auto at = [&](int64_t i) { return __half2float(kPastL1 ? __ldcg(o + i) : o[i]); };
+  float ss = 0;
+  for (int64_t i = lane; i < group; i += kWarp) {
+    const float v = at(i);
+    ss += v * v;
+  }
+  const float inv = rsqrtf(WarpSum(ss) / group + eps);
+  for (int64_t i = lane; i < group; i += kWarp) {
+    const float zv = __half2float(z[i]);
+    const float gate = sigmoid_gate ? Sigmoid(zv) : Silu(zv);
+    y[i] = __float2half(at(i) * inv * __half2float(w[i]) * gate);
   }
 }
 
