@@ -12,6 +12,17 @@ constexpr int kWarp = 32;
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 __device__ __forceinline__ int64_t CeilDivDevice(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A grid of kTokenColumnThreads-thread blocks over a [T, C] row-major operand, for per-token
+// elementwise kernels: blockIdx.x covers the columns (TokenColumn), blockIdx.y the tokens, a
+// block stepping by gridDim.y past 65,535 of them. No thread divides a 64-bit flat index: three
+// such divisions an element made the prefill's elementwise kernels bound by arithmetic, not memory.
+constexpr int kTokenColumnThreads = 256;
+inline dim3 TokenColumnGrid(int64_t T, int64_t C) {
+  return dim3(static_cast<unsigned>(CeilDiv(C, kTokenColumnThreads)),
+              static_cast<unsigned>(T < 1 ? 1 : T < 65535 ? T : 65535));
+}
+__device__ __forceinline__ int64_t TokenColumn() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+
 __device__ __forceinline__ float WarpSum(float v) {
   for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

@@ -30,28 +30,43 @@ __global__ void HcGatesKernel(const __half* __restrict__ di, __half* __restrict_
 
 __global__ void HcCombineKernel(const __half* __restrict__ m, const __half* __restrict__ xn, __half* __restrict__ h,
                                 int64_t T, int64_t S, int64_t H) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= T * H) return;
-  const int64_t t = i / H, c = i % H;
-  float acc = 0;
-  for (int64_t s = 0; s < S; ++s) {
-    const int64_t j = (t * S + s) * H + c;
-    acc += Sigmoid(__half2float(m[j])) * __half2float(xn[j]);
+  const int64_t c = TokenColumn();
+  if (c >= H) return;
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    float acc = 0;
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t j = (t * S + s) * H + c;
+      acc += Sigmoid(__half2float(m[j])) * __half2float(xn[j]);
+    }
+    h[t * H + c] = __float2half(acc / static_cast<float>(S));
   }
-  h[i] = __float2half(acc / static_cast<float>(S));
 }
 
 // X + g·y as one rounding: the fused pre step (HcLastResidual) makes the same update.
-__device__ __forceinline__ float ResidualOf(float x, __half g, __half y) {
-  return __fmaf_rn(__half2float(g), __half2float(y), x);
-}
+__device__ __forceinline__ float ResidualOf(float x, float g, float y) { return __fmaf_rn(g, y, x); }
 
+// A thread a column of a token: y read once for the S streams, whose kAhead values of X are
+// loaded before any is stored (a store to X could alias the next load, so the compiler would not
+// move the loads ahead itself: one memory round trip a stream in a decode step).
 __global__ void HcResidualKernel(float* X, const __half* __restrict__ g, const __half* __restrict__ y, int64_t T,
                                  int64_t S, int64_t H) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= T * S * H) return;
-  const int64_t ts = i / H, t = ts / S, c = i % H;
-  X[i] = ResidualOf(X[i], g[ts], y[t * H + c]);
+  constexpr int kAhead = 8;
+  const int64_t c = TokenColumn();
+  if (c >= H) return;
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    const float yv = __half2float(y[t * H + c]);
+    for (int64_t s0 = 0; s0 < S; s0 += kAhead) {
+      float x[kAhead];
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j) {
+        if (s0 + j < S) x[j] = X[(t * S + s0 + j) * H + c];
+      }
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j) {
+        if (s0 + j < S) X[(t * S + s0 + j) * H + c] = ResidualOf(x[j], __half2float(g[t * S + s0 + j]), yv);
+      }
+    }
+  }
 }
 
 // The fused one-token pre step (hc_cuda.h, HcPreFused): 256 threads a block in both kernels.
@@ -118,9 +133,9 @@ __global__ void __launch_bounds__(kPreThreads)
       if (last.g != nullptr) {
         const uint4 yv = __ldg(reinterpret_cast<const uint4*>(last.y + (c % hruns) * 8));
         const __half* yh = reinterpret_cast<const __half*>(&yv);
-        const __half gs = last.g[c / hruns];
+        const float gs = __half2float(last.g[c / hruns]);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) x[u][j] = ResidualOf(x[u][j], gs, yh[j]);
+        for (int j = 0; j < 8; ++j) x[u][j] = ResidualOf(x[u][j], gs, __half2float(yh[j]));
       }
     } else {
 #pragma unroll
@@ -212,7 +227,7 @@ __global__ void __launch_bounds__(kPreThreads)
   if (live) {
     float xv = X[ri];
     if (last.g != nullptr) {
-      xv = ResidualOf(xv, last.g[s], last.y[c]);
+      xv = ResidualOf(xv, __half2float(last.g[s]), __half2float(last.y[c]));
       if (l == 0) X[ri] = xv;
     }
     xn = __half2float(__float2half(xv * (rstd[s] * (1.0f + __half2float(nw[ri % nw_len])))));
@@ -357,12 +372,12 @@ void HcGates(const __half* di, __half* a, __half* g, int64_t T, int64_t R, int64
 }
 
 void HcCombine(const __half* m, const __half* xn, __half* h, int64_t T, int64_t S, int64_t H, cudaStream_t stream) {
-  HcCombineKernel<<<CeilDiv(T * H, 256), 256, 0, stream>>>(m, xn, h, T, S, H);
+  HcCombineKernel<<<TokenColumnGrid(T, H), kTokenColumnThreads, 0, stream>>>(m, xn, h, T, S, H);
   Q38_CUDA_LAUNCHED();
 }
 
 void HcResidual(float* X, const __half* g, const __half* y, int64_t T, int64_t S, int64_t H, cudaStream_t stream) {
-  HcResidualKernel<<<CeilDiv(T * S * H, 256), 256, 0, stream>>>(X, g, y, T, S, H);
+  HcResidualKernel<<<TokenColumnGrid(T, H), kTokenColumnThreads, 0, stream>>>(X, g, y, T, S, H);
   Q38_CUDA_LAUNCHED();
 }
 

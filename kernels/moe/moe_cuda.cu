@@ -95,29 +95,31 @@ __global__ void __launch_bounds__(kRouterTokensPerBlock * kWarp)
 constexpr int kCombineLoads = 16;
 __global__ void CombineKernel(const float* __restrict__ pair_out, const __half* __restrict__ w,
                               __half* __restrict__ out, int64_t T, int64_t k, int64_t H, GatedShared shared) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= T * H) return;
-  const int64_t t = i / H, n = i % H;
-  float wv[kCombineLoads], pv[kCombineLoads];
+  const int64_t n = TokenColumn();
+  if (n >= H) return;
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    const int64_t i = t * H + n;
+    float wv[kCombineLoads], pv[kCombineLoads];
 #pragma unroll
-  for (int j = 0; j < kCombineLoads; ++j) {
-    if (j < k) {
-      wv[j] = __half2float(w[t * k + j]);
-      pv[j] = pair_out[(t * k + j) * H + n];
+    for (int j = 0; j < kCombineLoads; ++j) {
+      if (j < k) {
+        wv[j] = __half2float(w[t * k + j]);
+        pv[j] = pair_out[(t * k + j) * H + n];
+      }
     }
-  }
-  float acc = 0;
+    float acc = 0;
 #pragma unroll
-  for (int j = 0; j < kCombineLoads; ++j) {
-    if (j < k) acc += wv[j] * pv[j];
+    for (int j = 0; j < kCombineLoads; ++j) {
+      if (j < k) acc += wv[j] * pv[j];
+    }
+    for (int64_t j = kCombineLoads; j < k; ++j) acc += __half2float(w[t * k + j]) * pair_out[(t * k + j) * H + n];
+    __half routed = __float2half(acc);
+    if (shared.out != nullptr) {
+      const float s = Sigmoid(__half2float(shared.gate_logit[t * shared.gate_stride]));
+      routed = __float2half(__half2float(routed) + s * __half2float(shared.out[i]));
+    }
+    out[i] = routed;
   }
-  for (int64_t j = kCombineLoads; j < k; ++j) acc += __half2float(w[t * k + j]) * pair_out[(t * k + j) * H + n];
-  __half routed = __float2half(acc);
-  if (shared.out != nullptr) {
-    const float s = Sigmoid(__half2float(shared.gate_logit[t * shared.gate_stride]));
-    routed = __float2half(__half2float(routed) + s * __half2float(shared.out[i]));
-  }
-  out[i] = routed;
 }
 
 // The lane-group decode kernels' rows a lane group and runs loaded ahead, as moe_bench's sweep
@@ -170,7 +172,7 @@ void RunExperts(const __half* h, const int32_t* idx, const __half* w, const Rows
       Q38_CUDA_LAUNCHED();
     }
   }
-  CombineKernel<<<CeilDiv(T * H, 256), 256, 0, stream>>>(s.pair_out, w, out, T, k, H, shared);
+  CombineKernel<<<TokenColumnGrid(T, H), kTokenColumnThreads, 0, stream>>>(s.pair_out, w, out, T, k, H, shared);
   Q38_CUDA_LAUNCHED();
 }
 
