@@ -51,6 +51,16 @@ void Backend::NormRope(Tensor& x, const Tensor& w, const Tensor& positions, int6
   if (cache.data != nullptr) WriteRows(x, cache, positions);
 }
 
+void Backend::PrepareAttentionInputs(AttentionInputs& in, const Tensor& positions, int64_t rotary_dim, double theta,
+                                     float eps) {
+  Tensor none;
+  WriteRows(in.v, in.v_cache, positions);  // V is cached raw
+  NormRope(in.q, in.q_norm, positions, rotary_dim, theta, eps, none);
+  NormRope(in.k, in.k_norm, positions, rotary_dim, theta, eps, in.k_cache);
+  NormRope(in.iq, in.iq_norm, positions, rotary_dim, theta, eps, none);
+  WriteRows(in.raw, in.raw_cache, positions);
+}
+
 void Backend::GatedSelectedAttention(const Tensor& q, const Tensor& kcache, const Tensor& vcache, const Tensor& sel,
                                      const Tensor& positions, const Tensor& gate, Tensor& o, int64_t ratio) {
   SelectedAttention(q, kcache, vcache, sel, positions, o, ratio);

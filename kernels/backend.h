@@ -71,6 +71,16 @@ class Backend {
   // on x [T, heads, head_dim]; the last only where cache has data. This default runs the composition.
   virtual void NormRope(Tensor& x, const Tensor& w, const Tensor& positions, int64_t rotary_dim, double theta,
                         float eps, Tensor& cache);
+  // An attention layer's inputs made ready for a step as one op (fused: docs/cuda.md), the
+  // composition
+  //   WriteRows(v, v_cache, positions);  NormRope(q, q_norm, …);  NormRope(k, k_norm, …, k_cache);
+  //   NormRope(iq, iq_norm, …);  WriteRows(raw, raw_cache, positions)
+  // with q, k [T, heads, head_dim] and iq [T, heads, indexer_head_dim]. This default runs the five.
+  struct AttentionInputs {
+    Tensor q, q_norm, k, k_norm, k_cache, v, v_cache, iq, iq_norm, raw, raw_cache;
+  };
+  virtual void PrepareAttentionInputs(AttentionInputs& in, const Tensor& positions, int64_t rotary_dim, double theta,
+                                      float eps);
   // x [T, C], w [C, K], state [(K-1)·dilation, C], y [T, C].
   virtual void CausalConv(const Tensor& x, const Tensor& w, Tensor& state, Tensor& y, int64_t dilation) = 0;
 

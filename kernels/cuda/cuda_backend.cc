@@ -280,6 +280,27 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::NormRope(H(x), H(w), I64(positions), x.dim(0), x.dim(1), x.dim(2), rotary_dim, theta, eps,
                    cache.data != nullptr ? H(cache) : nullptr, stream_);
   }
+  // One kernel wherever the three tensors take the same load step (cuda::NormRopeBatchFits).
+  void PrepareAttentionInputs(AttentionInputs& in, const Tensor& positions, int64_t rotary_dim, double theta,
+                              float eps) override {
+    const auto tensor = [&](Tensor& x, const Tensor& w, Tensor* cache) {
+      CHECK(x.rank() == 3 && w.numel() == x.dim(2)) << "PrepareAttentionInputs: x [T, heads, head_dim], w [head_dim]";
+      return cuda::NormRopeTensor{H(x), H(w), cache != nullptr ? H(*cache) : nullptr, x.dim(1), x.dim(2)};
+    };
+    const auto copy = [&](const Tensor& src, Tensor& cache) {
+      CHECK(src.dtype == DType::kF16 && cache.dtype == DType::kF16 && src.row_size() == cache.row_size());
+      return cuda::RowCopy{H(src), H(cache), src.row_size()};
+    };
+    CHECK(in.k_cache.dtype == in.k.dtype && in.k_cache.row_size() == in.k.row_size());
+    const cuda::NormRopeBatch batch{{tensor(in.q, in.q_norm, nullptr), tensor(in.k, in.k_norm, &in.k_cache),
+                                     tensor(in.iq, in.iq_norm, nullptr)},
+                                    {copy(in.v, in.v_cache), copy(in.raw, in.raw_cache)}};
+    if (!cuda::NormRopeBatchFits(batch)) {
+      Backend::PrepareAttentionInputs(in, positions, rotary_dim, theta, eps);
+      return;
+    }
+    cuda::NormRope(batch, I64(positions), in.q.dim(0), rotary_dim, theta, eps, stream_);
+  }
   void CausalConv(const Tensor& x, const Tensor& w, Tensor& state, Tensor& y, int64_t dilation) override {
     CHECK_LE((w.dim(1) - 1) * dilation, cuda::kConvMaxHistory);
     cuda::CausalConv(H(x), H(w), H(state), H(y), Rows(x), x.dim(-1), w.dim(1), dilation, stream_);

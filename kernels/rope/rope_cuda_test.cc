@@ -1,6 +1,8 @@
 // Partial RoPE on the GPU against the reference, at positions up to the full context; and the
 // fused per-head norm, rotation and cache write (NormRope) against the reference and, bitwise,
-// against the GPU's composition of three kernels.
+// against the GPU's composition of three kernels; an attention layer's inputs in one kernel.
+#include <string>
+
 #include "kernels/testing/backend_pair.h"
 
 namespace q38 {
@@ -63,6 +65,69 @@ TEST(RopeCuda, NormRopeMatchesReferenceAndComposition) {
     Buffer x3 = gpu.Upload(x0, {T, heads, dh});
     gpu.NormRope(x3.t(), wt.gpu.t(), p.gpu.t(), rd, 1e7, 1e-6f, none);
     EXPECT_EQ(floats(x3), floats(x2)) << "no cache, heads " << heads;
+  }
+}
+
+// An attention layer's inputs in one kernel (Backend::PrepareAttentionInputs): q, k (with its cache)
+// and the indexer's q normalized and rotated, v and the raw indexer key copied into their caches;
+// bitwise against the GPU's five ops, at the model's TP1 and TP4 head counts, the tiny model's, and
+// with an indexer head_dim off the 16-byte path (the composition then).
+TEST(RopeCuda, AttentionInputsInOneKernel) {
+  Q38_REQUIRE_GPU();
+  BackendPair b;
+  Backend& gpu = b.gpu();
+  const std::vector<int64_t> pos = {5, 0, 4095};
+  const int64_t T = static_cast<int64_t>(pos.size()), slots = 4096;
+  auto p = b.Raw(pos.data(), DType::kI64, {T});
+  const auto floats = [&](const Tensor& t) {
+    std::vector<float> v(t.numel());
+    EXPECT_TRUE(gpu.Synchronize().ok());
+    gpu.CopyToHost(t, v.data());
+    return v;
+  };
+  struct Shape {
+    int64_t Hq, Hkv, dh, Hi, di, rd;
+  };
+  for (const Shape& c : {Shape{24, 2, 256, 16, 128, 64}, Shape{6, 1, 256, 16, 128, 64}, Shape{4, 2, 16, 2, 16, 8},
+                         Shape{4, 2, 64, 2, 36, 8}}) {
+    uint32_t seed = 30;
+    // Two copies of every tensor: one for the fused op, one for the composition.
+    struct Side {
+      Buffer q, k, v, iq, raw, k_cache, v_cache, raw_cache;
+    };
+    const std::vector<float> q0 = Normal(T * c.Hq * c.dh, seed++), k0 = Normal(T * c.Hkv * c.dh, seed++),
+                             v0 = Normal(T * c.Hkv * c.dh, seed++), iq0 = Normal(T * c.Hi * c.di, seed++),
+                             raw0 = Normal(T * c.di, seed++);
+    const auto side = [&] {
+      return Side{gpu.Upload(q0, {T, c.Hq, c.dh}),
+                  gpu.Upload(k0, {T, c.Hkv, c.dh}),
+                  gpu.Upload(v0, {T, c.Hkv, c.dh}),
+                  gpu.Upload(iq0, {T, c.Hi, c.di}),
+                  gpu.Upload(raw0, {T, c.di}),
+                  gpu.Upload(std::vector<float>(slots * c.Hkv * c.dh, 0.0f), {slots, c.Hkv, c.dh}),
+                  gpu.Upload(std::vector<float>(slots * c.Hkv * c.dh, 0.0f), {slots, c.Hkv, c.dh}),
+                  gpu.Upload(std::vector<float>(slots * c.di, 0.0f), {slots, c.di})};
+    };
+    std::vector<float> qw = Normal(c.dh, seed++), kw = Normal(c.dh, seed++), iw = Normal(c.di, seed++);
+    Buffer qn = gpu.Upload(qw, {c.dh}), kn = gpu.Upload(kw, {c.dh}), in = gpu.Upload(iw, {c.di});
+    Side fused = side(), composed = side();
+    const auto inputs = [&](Side& s) {
+      return Backend::AttentionInputs{s.q.t(), qn.t(),        s.k.t(),  kn.t(),  s.k_cache.t(),  s.v.t(),
+                                      s.v_cache.t(), s.iq.t(), in.t(), s.raw.t(), s.raw_cache.t()};
+    };
+    Backend::AttentionInputs a = inputs(fused), c5 = inputs(composed);
+    gpu.PrepareAttentionInputs(a, p.gpu.t(), c.rd, 1e7, 1e-6f);
+    gpu.Backend::PrepareAttentionInputs(c5, p.gpu.t(), c.rd, 1e7, 1e-6f);
+    const std::string at = "Hq " + std::to_string(c.Hq) + " dh " + std::to_string(c.dh) + " di " + std::to_string(c.di);
+    EXPECT_EQ(floats(fused.q.t()), floats(composed.q.t())) << "q, " << at;
+    EXPECT_EQ(floats(fused.k.t()), floats(composed.k.t())) << "k, " << at;
+    EXPECT_EQ(floats(fused.iq.t()), floats(composed.iq.t())) << "indexer q, " << at;
+    EXPECT_EQ(floats(fused.k_cache.t()), floats(composed.k_cache.t())) << "k cache, " << at;
+    EXPECT_EQ(floats(fused.v_cache.t()), floats(composed.v_cache.t())) << "v cache, " << at;
+    EXPECT_EQ(floats(fused.raw_cache.t()), floats(composed.raw_cache.t())) << "raw key cache, " << at;
+    const std::vector<float> raw = floats(fused.raw.t());
+    EXPECT_EQ(floats(fused.raw_cache.t().Rows(pos[2], 1)), std::vector<float>(raw.begin() + 2 * c.di, raw.end()))
+        << "a raw key at its position, " << at;
   }
 }
 

@@ -136,14 +136,11 @@ Buffer Model::Attention(const AttentionWeights& w, const Tensor& h, const Tensor
   k.t() = k.t().Reshaped({T, Hkv, dh});
   v.t() = v.t().Reshaped({T, Hkv, dh});
   iq.t() = iq.t().Reshaped({T, Hi, di});
-  Tensor none;
-  backend_.WriteRows(v.t(), s.v.t(), positions);  // V is cached raw
-  backend_.NormRope(q.t(), w.q_norm.t(), positions, c.rotary_dim, c.rope_theta, eps_, none);
-  backend_.NormRope(k.t(), w.k_norm.t(), positions, c.rotary_dim, c.rope_theta, eps_, s.k.t());
-
-  // QSA indexer: cache this chunk's raw keys, pool the blocks it completes, select per query.
-  backend_.NormRope(iq.t(), w.index_q_norm.t(), positions, c.rotary_dim, c.rope_theta, eps_, none);
-  backend_.WriteRows(raw.t(), s.raw_keys.t(), positions);
+  // The per-head norms and rotations, the key and value cache rows, and the indexer's query and
+  // raw key (cached); then pool the blocks this chunk completes and select per query.
+  Backend::AttentionInputs ready{q.t(), w.q_norm.t(), k.t(),  w.k_norm.t(),         s.k.t(),
+                                 v.t(), s.v.t(),      iq.t(), w.index_q_norm.t(), raw.t(), s.raw_keys.t()};
+  backend_.PrepareAttentionInputs(ready, positions, c.rotary_dim, c.rope_theta, eps_);
   backend_.IndexerPoolBlocks(s.raw_keys.t(), w.index_k_norm.t(), s.pooled.t(), positions, ratio, eps_, c.rotary_dim,
                              c.rope_theta);
   Buffer sel = backend_.Alloc(DType::kI32, {T, c.indexer_budget / ratio});
