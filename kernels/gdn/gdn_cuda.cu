@@ -76,6 +76,39 @@ __device__ __forceinline__ float DeltaRuleToken(float (&s)[kDk / kWarps], DeltaS
   return sh.part[0][lane] + sh.part[1][lane] + sh.part[2][lane] + sh.part[3][lane];
 }
 
+// A recurrent block's place: its value head j and key head kh, the thread's warp and lane, and the
+// lane's value column (live where it is below dv).
+struct DeltaBlock {
+  int warp, lane;
+  int64_t j, kh, col;
+  bool live;
+  static __device__ __forceinline__ DeltaBlock Here(int64_t Hk, int64_t Hv, int64_t dv) {
+    const int lane = threadIdx.x % kWarp;
+    const int64_t j = blockIdx.x, col = static_cast<int64_t>(blockIdx.y) * kCols + lane;
+    return {static_cast<int>(threadIdx.x / kWarp), lane, j, j / (Hv / Hk), col, col < dv};
+  }
+};
+
+// The block's state columns of value head j in registers: thread (warp w, lane) holds rows
+// [w·dk/4, (w+1)·dk/4) of column col (zeros where col is past dv, and nothing stored back there).
+template <int kDk>
+__device__ __forceinline__ void LoadStateColumns(float (&s)[kDk / kWarps], const float* state, int64_t j, int64_t dv,
+                                                 int64_t col, int warp) {
+  constexpr int kRows = kDk / kWarps;
+  const float* S = state + j * kDk * dv;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) s[r] = col < dv ? S[(warp * kRows + r) * dv + col] : 0.0f;
+}
+template <int kDk>
+__device__ __forceinline__ void StoreStateColumns(const float (&s)[kDk / kWarps], float* state, int64_t j, int64_t dv,
+                                                  int64_t col, int warp) {
+  constexpr int kRows = kDk / kWarps;
+  float* S = state + j * kDk * dv;
+  if (col >= dv) return;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) S[(warp * kRows + r) * dv + col] = s[r];
+}
+
 // Block (value head j, 32 value columns): the state columns stay in registers for the whole call,
 // so the state is read and written once however many tokens there are.
 template <int kDk>
@@ -84,14 +117,10 @@ __global__ void __launch_bounds__(kWarps * kWarp)
                        float* state, __half* __restrict__ o, int64_t T, int64_t Hk, int64_t Hv, int64_t dv) {
   constexpr int kRows = kDk / kWarps;
   __shared__ DeltaShared<kDk> sh;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t j = blockIdx.x, col = static_cast<int64_t>(blockIdx.y) * kCols + lane;
-  const bool live = col < dv;
-  const int64_t kh = j / (Hv / Hk), width = 2 * Hk * kDk + Hv * dv;
-  float* S = state + j * kDk * dv;
+  const auto [warp, lane, j, kh, col, live] = DeltaBlock::Here(Hk, Hv, dv);
+  const int64_t width = 2 * Hk * kDk + Hv * dv;
   float s[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) s[r] = live ? S[(warp * kRows + r) * dv + col] : 0.0f;
+  LoadStateColumns<kDk>(s, state, j, dv, col, warp);
   for (int64_t t = 0; t < T; ++t) {
     const __half* row = qkv + t * width;
     for (int i = threadIdx.x; i < kDk; i += blockDim.x) {
@@ -104,10 +133,7 @@ __global__ void __launch_bounds__(kWarps * kWarp)
     if (warp == 0 && live) o[t * Hv * dv + j * dv + col] = __float2half(out);
     __syncthreads();  // part, qs and ks are rewritten for the next token
   }
-  if (live) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) S[(warp * kRows + r) * dv + col] = s[r];
-  }
+  StoreStateColumns<kDk>(s, state, j, dv, col, warp);
 }
 
 // The whole mixer of one token (GdnMixer): block (value head j, 32 value columns) as
@@ -128,14 +154,10 @@ __global__ void __launch_bounds__(kWarps * kWarp)
   __shared__ DeltaShared<kDk> sh;
   __shared__ float vs[kCols];
   __shared__ bool last;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t j = blockIdx.x, col = static_cast<int64_t>(blockIdx.y) * kCols + lane;
-  const bool live = col < dv;
-  const int64_t kh = j / (Hv / Hk), C = 2 * Hk * kDk + Hv * dv;
-  float* S = state + j * kDk * dv;
+  const auto [warp, lane, j, kh, col, live] = DeltaBlock::Here(Hk, Hv, dv);
+  const int64_t C = 2 * Hk * kDk + Hv * dv;
   float s[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) s[r] = live ? S[(warp * kRows + r) * dv + col] : 0.0f;
+  LoadStateColumns<kDk>(s, state, j, dv, col, warp);
 
   // Channel c's conv output, with its history rows (oldest first) and input as read.
   auto conv = [&](int64_t c, float (&hist)[kHist], float& in) {
@@ -183,10 +205,7 @@ __global__ void __launch_bounds__(kWarps * kWarp)
   const float v = live ? vs[lane] : 0.0f;
   const float out = DeltaRuleToken<kDk>(s, sh, v, expf(g), beta, warp, lane);
   if (warp == 0 && live) o[j * dv + col] = __float2half(out);
-  if (live) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) S[(warp * kRows + r) * dv + col] = s[r];
-  }
+  StoreStateColumns<kDk>(s, state, j, dv, col, warp);
   __threadfence();  // each lane's o before the count that lets another block read it
   __syncthreads();
   if (threadIdx.x == 0) {  // this block's columns of o are stored: count it
