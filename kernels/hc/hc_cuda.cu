@@ -223,14 +223,15 @@ __global__ void __launch_bounds__(kPreThreads)
   const uint4* row = reinterpret_cast<const uint4*>(U + static_cast<int64_t>(live ? ri : 0) * R);
   const uint4* a4 = reinterpret_cast<const uint4*>(a);
   // This row's xn, exactly as the down kernel rounded it (its loads go out with the weights').
-  float xn = 0;
+  float xv = 0, xn = 0;
   if (live) {
-    float xv = X[ri];
-    if (last.g != nullptr) {
-      xv = ResidualOf(xv, __half2float(last.g[s]), __half2float(last.y[c]));
-      if (l == 0) X[ri] = xv;
-    }
+    xv = X[ri];
+    if (last.g != nullptr) xv = ResidualOf(xv, __half2float(last.g[s]), __half2float(last.y[c]));
     xn = __half2float(__float2half(xv * (rstd[s] * (1.0f + __half2float(nw[ri % nw_len])))));
+  }
+  if (last.g != nullptr) {
+    __syncwarp();  // every lane of the group has read X[ri] before its first lane stores it
+    if (live && l == 0) X[ri] = xv;
   }
 
   float acc = 0;
