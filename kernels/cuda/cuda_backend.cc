@@ -158,7 +158,8 @@ class CudaBackendImpl final : public CudaBackend {
     DeviceTenants::Enter(info_.ordinal);
     // Outside the allocator, which step graphs borrow from: the counters outlive every graph.
     Q38_CUDA_CHECK(cudaMalloc(&arrivals_, kArrivals * sizeof(int)));
-    Q38_CUDA_CHECK(cudaMemset(arrivals_, 0, kArrivals * sizeof(int)));
+    Q38_CUDA_CHECK(cudaMemsetAsync(arrivals_, 0, kArrivals * sizeof(int), stream_));
+    Q38_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   ~CudaBackendImpl() override {
     cudaStreamSynchronize(stream_);
@@ -288,10 +289,14 @@ class CudaBackendImpl final : public CudaBackend {
       return cuda::NormRopeTensor{H(x), H(w), cache != nullptr ? H(*cache) : nullptr, x.dim(1), x.dim(2)};
     };
     const auto copy = [&](const Tensor& src, Tensor& cache) {
-      CHECK(src.dtype == DType::kF16 && cache.dtype == DType::kF16 && src.row_size() == cache.row_size());
+      CHECK(src.dtype == cache.dtype && src.row_size() == cache.row_size());
       return cuda::RowCopy{H(src), H(cache), src.row_size()};
     };
     CHECK(in.k_cache.dtype == in.k.dtype && in.k_cache.row_size() == in.k.row_size());
+    if (in.v.dtype != DType::kF16 || in.raw.dtype != DType::kF16) {  // the kernel copies halves
+      Backend::PrepareAttentionInputs(in, positions, rotary_dim, theta, eps);
+      return;
+    }
     const cuda::NormRopeBatch batch{{tensor(in.q, in.q_norm, nullptr), tensor(in.k, in.k_norm, &in.k_cache),
                                      tensor(in.iq, in.iq_norm, nullptr)},
                                     {copy(in.v, in.v_cache), copy(in.raw, in.raw_cache)}};
@@ -314,10 +319,16 @@ class CudaBackendImpl final : public CudaBackend {
   void GdnMixer(const Tensor& raw, const Tensor& z, const Tensor& b, const Tensor& a, const GdnMixerWeights& w,
                 Tensor& conv_state, Tensor& state, Tensor& y, float eps) override {
     const int64_t Hk = w.key_heads, Hv = state.dim(0), dk = state.dim(1), dv = state.dim(2);
-    const bool fits = Rows(raw) == 1 && dk == w.key_dim && raw.dim(-1) == 2 * Hk * dk + Hv * dv &&
+    const int64_t C = 2 * Hk * dk + Hv * dv;
+    const bool halves = raw.dtype == DType::kF16 && z.dtype == DType::kF16 && b.dtype == DType::kF16 &&
+                        a.dtype == DType::kF16 && y.dtype == DType::kF16 && w.conv.dtype == DType::kF16 &&
+                        w.norm.dtype == DType::kF16 && conv_state.dtype == DType::kF16;
+    const bool floats = state.dtype == DType::kF32 && w.a_log.dtype == DType::kF32 && w.dt_bias.dtype == DType::kF32;
+    const bool fits = halves && floats && Rows(raw) == 1 && dk == w.key_dim && raw.dim(-1) == C &&
                       z.numel() == Hv * dv && y.numel() == Hv * dv && a.numel() == Hv && b.numel() == Hv &&
-                      w.conv.dim(1) == 4 && conv_state.dim(0) == 3 && w.norm.numel() == dv &&
-                      cuda::GdnMixerArrivals(Hk, Hv) <= kArrivals && cuda::GdnMixerFits(Hk, Hv, dk);
+                      w.conv.dim(0) == C && w.conv.dim(1) == 4 && conv_state.dim(0) == 3 && conv_state.dim(1) == C &&
+                      w.norm.numel() == dv && cuda::GdnMixerArrivals(Hk, Hv) <= kArrivals &&
+                      cuda::GdnMixerFits(Hk, Hv, dk);
     if (!fits) {
       Backend::GdnMixer(raw, z, b, a, w, conv_state, state, y, eps);
       return;

@@ -210,7 +210,10 @@ __global__ void __launch_bounds__(kWarps * kWarp)
   __syncthreads();
   if (threadIdx.x == 0) {  // this block's columns of o are stored: count it
     last = atomicAdd(&arrivals[Hk + j], 1) == static_cast<int>(gridDim.y) - 1;
-    if (last) arrivals[Hk + j] = 0;
+    if (last) {
+      arrivals[Hk + j] = 0;
+      __threadfence();  // the other blocks' o is read after their counts
+    }
   }
   __syncthreads();
   if (last && warp == 0) {
