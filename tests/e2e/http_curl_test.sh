@@ -34,7 +34,14 @@ for _ in $(seq 1 1200); do
 done
 [ -n "$port" ] || fail "q38-server wrote no ready file in 120 s"
 base=http://127.0.0.1:$port
+metrics_port=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["metrics_port"])' "$tmp/ready.json")
 echo "PASS server ready, HTTP on port $port"
+
+# metric SERIES: the value of one series on /metrics (the name with its labels), empty if absent.
+metric() {
+  curl -sS --noproxy '*' --max-time 10 "http://127.0.0.1:$metrics_port/metrics" |
+    awk -v series="$1" 'index($0, series " ") == 1 {print $2}'
+}
 
 # request METHOD PATH [curl args...]: the body goes to $tmp/body, the status to $status.
 request() {
@@ -121,7 +128,7 @@ long_stream running
 curl -sS --noproxy '*' --max-time 120 -N -o "$tmp/queued" "$base/v1/completions" -H 'Content-Type: application/json' \
   --data-binary '{"prompt": "x", "max_tokens": 3000, "ignore_eos": true, "stream": true}' &
 queued_pid=$!
-sleep 0.5
+for _ in $(seq 1 100); do [ "$(metric q38_num_requests_waiting)" = 1 ] && break; sleep 0.1; done
 post_json /v1/completions '{"prompt": "hello", "max_tokens": 4}'
 expect_error 429 rate_limit_error
 echo "PASS a full queue: 429 rate_limit_error"
@@ -133,10 +140,8 @@ for try in $(seq 1 50); do
   sleep 0.1
 done
 [ "$status" = 200 ] || fail "after the clients left: $status $(head -c 500 "$tmp/body")"
-metrics_port=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["metrics_port"])' "$tmp/ready.json")
 for _ in $(seq 1 20); do  # each handler counts its request as it returns
-  cancelled=$(curl -sS --noproxy '*' --max-time 10 "http://127.0.0.1:$metrics_port/metrics" |
-    awk '/^q38_requests_cancelled_total\{by="client"\}/ {print $2}')
+  cancelled=$(metric 'q38_requests_cancelled_total{by="client"}')
   [ "$cancelled" = 2 ] && break
   sleep 0.1
 done
@@ -146,8 +151,11 @@ echo "PASS clients that leave cancel their requests: both counted as cancelled b
 # Draining: SIGTERM while a stream runs; /health and new requests get 503 until the stream ends.
 long_stream draining
 kill -TERM "$server_pid"
-sleep 0.3
-request GET /health
+for _ in $(seq 1 100); do  # the signal is handled within moments; the stream runs for seconds
+  request GET /health
+  [ "$status" = 503 ] && break
+  sleep 0.05
+done
 [ "$status" = 503 ] || fail "/health while draining: $status"
 post_json /v1/completions '{"prompt": "hello", "max_tokens": 4}'
 expect_error 503 service_unavailable
