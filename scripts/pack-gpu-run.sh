@@ -3,7 +3,9 @@
 # and every shared library they load, into DIR/bin and DIR/lib (LD_LIBRARY_PATH=DIR/lib). Unlike a release
 # bundle (scripts/pack-binaries.sh, `q38 bundle create`) it leaves out NCCL as well as the C
 # library and the driver: the GPU machines provide NCCL, and at 218 MB it would not fit the few
-# tens of MB a test run can carry there.
+# tens of MB a test run can carry there. DIR.tar.xz is the pack to carry: every binary holds the same
+# kernels' code, and an xz dictionary larger than a binary stores it once (about a tenth of the size
+# of a default xz). Unpack it with `tar xJf DIR.tar.xz`.
 # Usage: scripts/pack-gpu-run.sh DIR [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +28,10 @@ for t in "${tools[@]}"; do
     esac
   done
 done
-git rev-parse HEAD > "$out/COMMIT" 2>/dev/null || true
-git diff --quiet HEAD 2>/dev/null || echo "(with uncommitted changes)" >> "$out/COMMIT"
+src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")  # the tree the build came from
+git -C "$src" rev-parse HEAD > "$out/COMMIT" 2>/dev/null || true
+git -C "$src" diff --quiet HEAD 2>/dev/null || echo "(with uncommitted changes)" >> "$out/COMMIT"
 strip --strip-unneeded "$out"/bin/* 2>/dev/null; strip --strip-debug "$out"/lib/*  # debug info is most of the size
 du -sh "$out"
+tar -C "$(dirname "$out")" -cf - "$(basename "$out")" | xz -T1 --lzma2=preset=9e,dict=256MiB > "$out.tar.xz"
+du -sh "$out.tar.xz"

@@ -34,7 +34,22 @@ for _ in $(seq 1 1200); do
 done
 [ -n "$port" ] || fail "q38-server wrote no ready file in 120 s"
 base=http://127.0.0.1:$port
+metrics_port=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["metrics_port"])' "$tmp/ready.json")
 echo "PASS server ready, HTTP on port $port"
+
+# metric SERIES: the value of one series on /metrics (the name with its labels), empty if absent.
+metric() {
+  curl -sS --noproxy '*' --max-time 10 "http://127.0.0.1:$metrics_port/metrics" |
+    awk -v series="$1" 'index($0, series " ") == 1 {print $2}'
+}
+metric_is() { [ "$(metric "$1")" = "$2" ]; }
+
+# eventually TRIES PAUSE COMMAND...: COMMAND until it succeeds, at most TRIES times PAUSE s apart.
+eventually() {
+  local tries=$1 pause=$2; shift 2
+  for _ in $(seq 1 "$tries"); do "$@" && return 0; sleep "$pause"; done
+  return 1
+}
 
 # request METHOD PATH [curl args...]: the body goes to $tmp/body, the status to $status.
 request() {
@@ -121,34 +136,30 @@ long_stream running
 curl -sS --noproxy '*' --max-time 120 -N -o "$tmp/queued" "$base/v1/completions" -H 'Content-Type: application/json' \
   --data-binary '{"prompt": "x", "max_tokens": 3000, "ignore_eos": true, "stream": true}' &
 queued_pid=$!
-sleep 0.5
+eventually 100 0.1 metric_is q38_num_requests_waiting 1 || true  # the 429 below says whether it came
 post_json /v1/completions '{"prompt": "hello", "max_tokens": 4}'
 expect_error 429 rate_limit_error
 echo "PASS a full queue: 429 rate_limit_error"
 kill "$running_pid" "$queued_pid" 2>/dev/null || true
 wait "$running_pid" "$queued_pid" 2>/dev/null || true
-for try in $(seq 1 50); do
+not_refused() {
   post_json /v1/completions '{"prompt": "hello", "max_tokens": 4, "temperature": 0}'
-  [ "$status" = 429 ] || break
-  sleep 0.1
-done
+  [ "$status" != 429 ]
+}
+eventually 50 0.1 not_refused || true
 [ "$status" = 200 ] || fail "after the clients left: $status $(head -c 500 "$tmp/body")"
-metrics_port=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["metrics_port"])' "$tmp/ready.json")
-for _ in $(seq 1 20); do  # each handler counts its request as it returns
-  cancelled=$(curl -sS --noproxy '*' --max-time 10 "http://127.0.0.1:$metrics_port/metrics" |
-    awk '/^q38_requests_cancelled_total\{by="client"\}/ {print $2}')
-  [ "$cancelled" = 2 ] && break
-  sleep 0.1
-done
-[ "$cancelled" = 2 ] || fail "q38_requests_cancelled_total{by=\"client\"} is '$cancelled', want 2"
-echo "PASS clients that leave cancel their requests: both counted as cancelled by the client, the next one served (try $try)"
+cancelled='q38_requests_cancelled_total{by="client"}'
+eventually 20 0.1 metric_is "$cancelled" 2 || fail "$cancelled is '$(metric "$cancelled")', want 2"  # counted as each handler returns
+echo "PASS clients that leave cancel their requests: both counted as cancelled by the client, the next one served"
 
 # Draining: SIGTERM while a stream runs; /health and new requests get 503 until the stream ends.
 long_stream draining
 kill -TERM "$server_pid"
-sleep 0.3
-request GET /health
-[ "$status" = 503 ] || fail "/health while draining: $status"
+draining() {
+  request GET /health
+  [ "$status" = 503 ]
+}
+eventually 100 0.05 draining || fail "/health while draining: $status"  # the signal is handled within moments
 post_json /v1/completions '{"prompt": "hello", "max_tokens": 4}'
 expect_error 503 service_unavailable
 echo "PASS while draining: /health and a new completion are 503"
