@@ -84,7 +84,9 @@ TEST_P(GdnCuda, MixerMatchesItsFourKernels) {
                                 state4.gpu.t(), y4.gpu.t(), 1e-6f);
       const std::string at = "T " + std::to_string(T) + (sigmoid_gate ? " sigmoid gate" : " silu gate");
       EXPECT_TRUE(b.Matches(y, 4)) << "y against the CPU, " << at;
-      EXPECT_TRUE(b.Matches(state, 0.1)) << "state against the CPU, " << at;
+      // One FP16 noise, not ManyCallsMatchReference's tenth: the conv's FP16 outputs feed the state
+      // here (the four kernels' state lies as far from the CPU's: 1.04e-7 at dv 48 on an H100).
+      EXPECT_TRUE(b.Matches(state, 1)) << "state against the CPU, " << at;
       EXPECT_EQ(b.GpuFloats(y), b.GpuFloats(y4)) << "y against the four kernels, " << at;
       EXPECT_EQ(b.GpuFloats(hist), b.GpuFloats(hist4)) << "conv history against the four kernels, " << at;
       EXPECT_EQ(b.GpuFloats(state), b.GpuFloats(state4)) << "state against the four kernels, " << at;
