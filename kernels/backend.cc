@@ -8,19 +8,26 @@ namespace q38 {
 
 void Backend::HcPre(const Tensor& X, const Tensor& norm, const Tensor& down_inject, const Tensor& up, Tensor& h,
                     Tensor& g, int64_t streams, float eps) {
-  const int64_t T = X.dim(0), S = streams, H = h.dim(-1), R = up.dim(1), rows = down_inject.dim(0);
-  CHECK(rows == R || rows == R + S) << "HcPre: " << rows << " down/inject rows for R = " << R << ", S = " << S;
-  const bool inject = rows == R + S;
+  const int64_t T = X.dim(0), S = streams, H = h.dim(-1);
   Buffer xn = Alloc(act_dtype(), {T, S * H});
   RmsNorm(X, norm, xn.t(), H, /*zero_centred=*/true, eps);
+  HcPreOfNormed(xn.t(), down_inject, up, h, g, S);
+}
+
+void Backend::HcPreOfNormed(const Tensor& xn, const Tensor& down_inject, const Tensor& up, Tensor& h, Tensor& g,
+                            int64_t streams) {
+  const int64_t T = xn.dim(0), R = up.dim(1), rows = down_inject.dim(0);
+  CHECK(rows == R || rows == R + streams) << "HcPre: " << rows << " down/inject rows for R = " << R << ", S = "
+                                          << streams;
+  const bool inject = rows == R + streams;
   Buffer di = Alloc(act_dtype(), {T, rows});
-  Linear(xn.t(), down_inject, di.t());
+  Linear(xn, down_inject, di.t());
   Buffer a = Alloc(act_dtype(), {T, R});
   Tensor none;
-  HcGates(di.t(), a.t(), inject ? g : none, S, inject);
-  Buffer m = Alloc(act_dtype(), {T, S * H});
+  HcGates(di.t(), a.t(), inject ? g : none, streams, inject);
+  Buffer m = Alloc(act_dtype(), {T, xn.dim(-1)});
   Linear(a.t(), up, m.t());
-  HcCombine(m.t(), xn.t(), h);
+  HcCombine(m.t(), xn, h);
 }
 
 void Backend::HcResidualPre(Tensor& X, const Tensor& g_last, const Tensor& y, const Tensor& norm,
@@ -29,6 +36,12 @@ void Backend::HcResidualPre(Tensor& X, const Tensor& g_last, const Tensor& y, co
   CHECK(g_last.data != g.data) << "HcResidualPre: the last gates and the new ones share a tensor";
   HcResidual(X, g_last, y);
   HcPre(X, norm, down_inject, up, h, g, streams, eps);
+}
+
+void Backend::HcResidualNorm(Tensor& X, const Tensor& g_last, const Tensor& y, const Tensor& norm, Tensor& xn,
+                             float eps) {
+  HcResidual(X, g_last, y);
+  RmsNorm(X, norm, xn, y.dim(-1), /*zero_centred=*/true, eps);
 }
 
 void Backend::GdnMixer(const Tensor& raw, const Tensor& z, const Tensor& b, const Tensor& a, const GdnMixerWeights& w,

@@ -153,6 +153,12 @@ class Backend {
   virtual void HcResidualPre(Tensor& X, const Tensor& g_last, const Tensor& y, const Tensor& norm,
                              const Tensor& down_inject, const Tensor& up, Tensor& h, Tensor& g, int64_t streams,
                              float eps);
+  // The residual update and the norm that opens the next pre step as one op (fused: docs/cuda.md),
+  // the composition
+  //   HcResidual(X, g_last, y);  xn = RmsNorm(X, norm, groups of H, zero-centred)
+  // with xn [T, S·H] in act_dtype(). This default runs the two.
+  virtual void HcResidualNorm(Tensor& X, const Tensor& g_last, const Tensor& y, const Tensor& norm, Tensor& xn,
+                              float eps);
 
   // Greedy decoding without the logits leaving the backend (kernels/logits): of logits [1, V]
   // (one row), the largest of the first `valid` values (0 ≤ valid ≤ V) and its index, as F32
@@ -183,6 +189,11 @@ class Backend {
 
   // Waits for queued work; reports a device fault.
   virtual absl::Status Synchronize() = 0;
+
+ protected:
+  // HcPre's composition after its norm: di, the gates, m and the combine from xn [T, S·H].
+  void HcPreOfNormed(const Tensor& xn, const Tensor& down_inject, const Tensor& up, Tensor& h, Tensor& g,
+                     int64_t streams);
 };
 
 // The CPU backend's arithmetic. kExact runs every op as its reference in the op's folder (double

@@ -441,8 +441,21 @@ class CudaBackendImpl final : public CudaBackend {
     const bool fits = g_last.data != g.data && g_last.numel() == streams && y.numel() == h.numel() &&
                       reinterpret_cast<uintptr_t>(y.data) % 16 == 0;
     if (!fits || !HcPreFused(X, norm, down_inject, up, h, g, streams, eps, {H(g_last), H(y)})) {
-      Backend::HcResidualPre(X, g_last, y, norm, down_inject, up, h, g, streams, eps);
+      // More tokens: the update inside the norm (HcResidualNorm), then the rest of the composition.
+      CHECK(g_last.data != g.data) << "HcResidualPre: the last gates and the new ones share a tensor";
+      Buffer xn = Alloc(DType::kF16, {Rows(X), X.dim(-1)});
+      HcResidualNorm(X, g_last, y, norm, xn.t(), eps);
+      HcPreOfNormed(xn.t(), down_inject, up, h, g, streams);
     }
+  }
+  void HcResidualNorm(Tensor& X, const Tensor& g_last, const Tensor& y, const Tensor& norm, Tensor& xn,
+                      float eps) override {
+    const int64_t S = g_last.dim(-1), H_ = y.dim(-1);
+    if (X.dtype != DType::kF32 || xn.dtype != DType::kF16 || X.dim(-1) != S * H_ ||
+        !cuda::HcResidualNormFits(S, H_, norm.numel(), X.data, y.data, norm.data, xn.data)) {
+      return Backend::HcResidualNorm(X, g_last, y, norm, xn, eps);
+    }
+    cuda::HcResidualNorm(F(X), H(g_last), H(y), H(norm), norm.numel(), H(xn), Rows(y), S, H_, eps, stream_);
   }
   void ArgMax(const Tensor& logits, int64_t valid, Tensor& out) override {
     CHECK(Rows(logits) == 1 && valid >= 0 && valid <= logits.dim(-1) && out.numel() == 2);
@@ -530,7 +543,7 @@ class CudaBackendImpl final : public CudaBackend {
         !cuda::HcPreFusedFits(S, H_, R, norm.numel(), X.data, norm.data, down_inject.data, up.data)) {
       return false;
     }
-    Buffer di = Alloc(DType::kF16, {rows}), rstd = Alloc(DType::kF32, {S});
+    Buffer di = Alloc(DType::kF16, {cuda::HcPreScratchHalves(S, R, inject)}), rstd = Alloc(DType::kF32, {S});
     cuda::HcPreFused(F(X), H(norm), norm.numel(), H(down_inject), H(up), H(h), inject ? H(g) : nullptr, H(di.t()),
                      F(rstd.t()), S, H_, R, inject, eps, stream_, last);
     return true;

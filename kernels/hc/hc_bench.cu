@@ -6,8 +6,9 @@
 // µs per pre step inside a CUDA graph of a batch of steps (as the decode graph replays them) and
 // eagerly, weights cold in the L2 (a batch rotates among copies spanning 256 MB), X one buffer.
 // Then each fused kernel alone beside the plain GEMV of its matrix (cuda::Linear), and every
-// configuration of HcPreFused. The last residual update as its own kernel before the pair is timed
-// against the pair that makes it on its way (HcLastResidual).
+// configuration of HcPreFused (the down kernel split by streams or not). The last residual update
+// as its own kernel before the pair is timed against the pair that makes it on its way
+// (HcLastResidual); at 8,192 tokens, the update and the norm after it against HcResidualNorm.
 // Every fused output is checked against the composed one (NMSE of h, largest gap of g); the exit
 // status is 1 if any disagrees.
 // Usage: hc_bench
@@ -59,7 +60,7 @@ struct Module {
     xn = std::make_unique<DeviceArray<__half>>(W);
     di = std::make_unique<DeviceArray<__half>>(rows);
     di2 = std::make_unique<DeviceArray<__half>>(rows);
-    a2 = std::make_unique<DeviceArray<__half>>(rows);
+    a2 = std::make_unique<DeviceArray<__half>>(cuda::HcPreScratchHalves(S, R, inject));
     a = std::make_unique<DeviceArray<__half>>(R);
     m = std::make_unique<DeviceArray<__half>>(W);
     h = std::make_unique<DeviceArray<__half>>(H);
@@ -109,7 +110,8 @@ struct Module {
                          1e-6f, s);
   }
   void FusedUp(const cuda::HcPreConfig& c, int i, cudaStream_t s) {
-    cuda::HcPreFusedUp(c, X->p, norm->p, W, Up(i), a2->p, rstd->p, h->p, S, H, R, s);
+    cuda::HcPreFusedUp(c, X->p, norm->p, W, Up(i), a2->p, inject() ? g->p : nullptr, rstd->p, h->p, S, H, R, inject(),
+                       s);
   }
 };
 
@@ -117,6 +119,42 @@ struct Gap {
   double nmse = 0, g = 0;
   bool ok() const { return nmse <= 4e-6 && g <= 2e-3; }
 };
+
+// A prefill chunk's residual update and the norm that opens the next pre step (8,192 tokens, full
+// size): HcResidual then RmsNorm against HcResidualNorm, which reads X once instead of twice.
+// Each on its own copy of X; X and xn must agree bit for bit.
+int ResidualNorm(Bench& b) {
+  const cudaStream_t s = b.stream();
+  const int64_t T = 8192, S = 4, H = 2560, W = S * H;
+  DeviceArray<float> Xa(T * W), Xb(T * W);
+  DeviceArray<__half> g(T * S), y(T * H), norm(H), xa(T * W), xb(T * W);
+  bench::FillFloatKernel<<<1024, 256, 0, s>>>(Xa.p, T * W, 7, 4.0f);
+  FillHalfKernel<<<64, 256, 0, s>>>(g.p, T * S, 8, 2.0f);
+  FillHalfKernel<<<1024, 256, 0, s>>>(y.p, T * H, 9, 1.0f);
+  FillHalfKernel<<<16, 256, 0, s>>>(norm.p, H, 10, 0.4f);
+  Q38_CUDA_LAUNCHED();
+  Q38_CUDA_CHECK(cudaMemcpyAsync(Xb.p, Xa.p, T * W * sizeof(float), cudaMemcpyDeviceToDevice, s));
+  const bench::Launch apart = [&](int, cudaStream_t st) {
+    cuda::HcResidual(Xa.p, g.p, y.p, T, S, H, st);
+    cuda::RmsNorm(Xa.p, norm.p, xa.p, T, W, H, H, 1e-6f, /*zero_centred=*/true, st);
+  };
+  const bench::Launch together = [&](int, cudaStream_t st) {
+    cuda::HcResidualNorm(Xb.p, g.p, y.p, norm.p, H, xb.p, T, S, H, 1e-6f, st);
+  };
+  apart(0, s);
+  together(0, s);
+  Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+  const bool same = ToHost(Xa.p, T * W) == ToHost(Xb.p, T * W) && ToHost(xa.p, T * W) == ToHost(xb.p, T * W);
+  const Timing ta = b.Eager(5, apart), tt = b.Eager(5, together);
+  // The fused kernel's bytes: X read and written, y read, xn written.
+  const double fused_bytes = T * W * (2 * 4.0 + 2.0) + T * H * 2.0;
+  std::printf("\n## Residual update and norm, 8,192 tokens\n\nµs per call, eager (the values grow by g·y each "
+              "call).\n\n| HcResidual + RmsNorm µs | HcResidualNorm µs | apart / together | fused GB/s | X and xn |\n"
+              "|---|---|---|---|---|\n| %.1f | %.1f | %.2f× | %.0f | %s |\n",
+              ta.median_us, tt.median_us, ta.median_us / tt.median_us, fused_bytes / (tt.median_us * 1e3),
+              same ? "bitwise" : "MISMATCH");
+  return same ? 0 : 1;
+}
 
 int Run(Bench& b) {
   int failures = 0;
@@ -223,19 +261,24 @@ int Run(Bench& b) {
     kernel_rows.emplace_back(line);
 
     // Every configuration.
-    for (int rows : {1, 2, 4}) {
-      for (int lanes : {8, 16}) {
-        const cuda::HcPreConfig k{rows, lanes};
-        char what[64];
-        std::snprintf(what, sizeof what, "down_rows %d up_lanes %d", rows, lanes);
-        const Gap gk = check(what, [&] { m.Fused(k, 0, s); });
-        const Timing tk = b.Graph(iters, [&](int i, cudaStream_t st) { m.Fused(k, i, st); });
-        const Timing dk = b.Graph(iters, [&](int i, cudaStream_t st) { m.FusedDown(k, i, st); });
-        const Timing uk = b.Graph(iters, [&](int i, cudaStream_t st) { m.FusedUp(k, i, st); });
-        std::snprintf(line, sizeof line, "| %s | %d | %d | %.2f | %.2f | %.2f | %.2g |%s", c.name, rows, lanes,
-                      tk.median_us, dk.median_us, uk.median_us, gk.nmse,
-                      rows == chosen.down_rows && lanes == chosen.up_lanes ? " chosen" : "");
-        sweep_rows.emplace_back(line);
+    for (bool split : {false, true}) {
+      for (int rows : {1, 2, 4}) {
+        for (int lanes : {8, 16}) {
+          const cuda::HcPreConfig k{rows, lanes, split};
+          char what[64];
+          std::snprintf(what, sizeof what, "down_rows %d up_lanes %d%s", rows, lanes, split ? " split" : "");
+          const Gap gk = check(what, [&] { m.Fused(k, 0, s); });
+          const Timing tk = b.Graph(iters, [&](int i, cudaStream_t st) { m.Fused(k, i, st); });
+          m.Fused(k, 0, s);  // the up kernel alone reads what this configuration's down kernel left
+          const Timing dk = b.Graph(iters, [&](int i, cudaStream_t st) { m.FusedDown(k, i, st); });
+          const Timing uk = b.Graph(iters, [&](int i, cudaStream_t st) { m.FusedUp(k, i, st); });
+          const bool is_chosen =
+              rows == chosen.down_rows && lanes == chosen.up_lanes && split == chosen.split_streams;
+          std::snprintf(line, sizeof line, "| %s | %d | %d | %s | %.2f | %.2f | %.2f | %.2g |%s", c.name, rows, lanes,
+                        split ? "yes" : "no", tk.median_us, dk.median_us, uk.median_us, gk.nmse,
+                        is_chosen ? " chosen" : "");
+          sweep_rows.emplace_back(line);
+        }
       }
     }
   }
@@ -244,10 +287,10 @@ int Run(Bench& b) {
               "| module | old down | new down | GEMV down | old up | new up | GEMV up |\n|---|---|---|---|---|---|---|\n");
   for (const std::string& r : kernel_rows) std::printf("%s\n", r.c_str());
   std::printf("\n### Every configuration of HcPreFused\n\nµs per call in a CUDA graph of 97.\n\n"
-              "| module | down rows | up lanes | fused | down alone | up alone | h NMSE vs composed |\n"
-              "|---|---|---|---|---|---|---|\n");
+              "| module | down rows | up lanes | split by streams | fused | down alone | up alone | h NMSE vs composed |\n"
+              "|---|---|---|---|---|---|---|---|\n");
   for (const std::string& r : sweep_rows) std::printf("%s\n", r.c_str());
-  return failures;
+  return failures + ResidualNorm(b);
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
+#include <algorithm>
+
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/hc/hc_cuda.h"
 #include "kernels/linear/linear_gemv.cuh"
+#include "kernels/norm/rms_norm_group.cuh"
 
 namespace q38::cuda {
 namespace {
@@ -67,6 +70,34 @@ __global__ void HcResidualKernel(float* X, const __half* __restrict__ g, const _
       }
     }
   }
+}
+
+// X + g·y on its way into the norm (RmsNormGroup's update): eight values of one stream row.
+struct ResidualRow {
+  float* X;
+  const __half* y;
+  float g;
+  __device__ __forceinline__ void operator()(int64_t i, float* v) const {
+    float yv[8];
+    LoadF<8>(y + i, yv);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = ResidualOf(v[j], g, yv[j]);
+    reinterpret_cast<float4*>(X + i)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(X + i)[1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
+};
+
+// A block per (token, stream) row of H: HcResidualKernel's update, then RmsNormKernel's norm of
+// the row (the same helper, the same threads), so X and xn have the composition's bits while X
+// is read once from memory instead of twice.
+__global__ void __launch_bounds__(kNormThreads)
+    HcResidualNormKernel(float* X, const __half* __restrict__ g, const __half* __restrict__ y,
+                         const __half* __restrict__ nw, __half* __restrict__ xn, int64_t S, int64_t H, bool w_per_row,
+                         float eps) {
+  const int64_t row = blockIdx.x, t = row / S, s = row % S;
+  float* x = X + row * H;
+  RmsNormGroup<float, 8>(x, nw + (w_per_row ? s * H : 0), xn + row * H, H, eps, 1.0f,
+                         ResidualRow{x, y + t * H, __half2float(g[row])});
 }
 
 // The fused one-token pre step (hc_cuda.h, HcPreFused): 256 threads a block in both kernels.
@@ -203,25 +234,136 @@ __global__ void __launch_bounds__(kPreThreads)
   }
 }
 
+// HcPreDownKernel split by streams (HcPreConfig::split_streams): block (kRows rows, stream s) takes
+// the stream's runs of K alone, so it reads H values of X and norms them with its own stream's sum
+// of squares (thread, warp, then the warps in order); part[s·N + n] receives its part of row n's
+// dot, which the up kernel adds over the streams. Block (0, s) writes rstd[s].
+template <int kRows, int kL>
+__global__ void __launch_bounds__(kPreThreads)
+    HcPreDownSplitKernel(const float* __restrict__ X, HcLastResidual last, const __half* __restrict__ nw, int nw_len,
+                         const __half* __restrict__ W, float* __restrict__ part, float* __restrict__ rstd_out, int N,
+                         int S, int H, float eps) {
+  __shared__ float warp_sq[kPreWarps];
+  __shared__ float partial[kRows][kPreWarps];
+  const int K = S * H, hruns = H / 8, s = blockIdx.y;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int n0 = blockIdx.x * kRows;
+
+  uint4 wv[kRows][kL];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const bool live = n0 + r < N;
+    const uint4* row = reinterpret_cast<const uint4*>(W + static_cast<int64_t>(live ? n0 + r : 0) * K) + s * hruns;
+#pragma unroll
+    for (int u = 0; u < kL; ++u) {
+      const int c = threadIdx.x + u * kPreThreads;
+      wv[r][u] = live && c < hruns ? gemv::LoadStreamed(row + c) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  float x[kL][8];
+  uint4 nv[kL];
+  float q = 0;
+#pragma unroll
+  for (int u = 0; u < kL; ++u) {
+    const int c = threadIdx.x + u * kPreThreads, gc = s * hruns + c;
+    if (c < hruns) {
+      LoadF<8>(X + static_cast<int64_t>(gc) * 8, x[u]);
+      nv[u] = __ldg(reinterpret_cast<const uint4*>(nw + (gc * 8) % nw_len));
+      if (last.g != nullptr) {
+        const uint4 yv = __ldg(reinterpret_cast<const uint4*>(last.y + c * 8));
+        const __half* yh = reinterpret_cast<const __half*>(&yv);
+        const float gs = __half2float(last.g[s]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) x[u][j] = ResidualOf(x[u][j], gs, __half2float(yh[j]));
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) x[u][j] = 0;
+      nv[u] = make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) q += x[u][j] * x[u][j];
+  }
+  q = WarpSum(q);
+  if (lane == 0) warp_sq[warp] = q;
+  __syncthreads();
+  float ss = 0;
+  for (int w = 0; w < kPreWarps; ++w) ss += warp_sq[w];
+  const float rs = rsqrtf(ss / H + eps);
+  if (blockIdx.x == 0 && threadIdx.x == 0) rstd_out[s] = rs;
+
+  uint4 xn[kL];
+#pragma unroll
+  for (int u = 0; u < kL; ++u) {
+    const __half2* nh = reinterpret_cast<const __half2*>(&nv[u]);
+    __half2* xh = reinterpret_cast<__half2*>(&xn[u]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 wf = __half22float2(nh[i]);
+      xh[i] = __floats2half2_rn(x[u][2 * i] * (rs * (1.0f + wf.x)), x[u][2 * i + 1] * (rs * (1.0f + wf.y)));
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    float acc = 0;
+#pragma unroll
+    for (int u = 0; u < kL; ++u) acc += Dot8(wv[r][u], xn[u]);  // runs past the stream are zeros on both sides
+    acc = WarpSum(acc);
+    if (lane == 0) partial[r][warp] = acc;
+  }
+  __syncthreads();
+  if (threadIdx.x < kRows && n0 + static_cast<int>(threadIdx.x) < N) {
+    float sum = 0;
+    for (int w = 0; w < kPreWarps; ++w) sum += partial[threadIdx.x][w];
+    part[s * N + n0 + threadIdx.x] = sum;
+  }
+}
+
 // h[c] = mean_s sigmoid(U[s·H + c]·a) · xn[s·H + c]. A lane group of kLanes a row of up (R
 // values) reads its weights past L1 and a (hot in L1 and L2) beside them; block b serves the
 // (column, stream) pairs 256/kLanes·b.. in column-major order, so its columns are whole, and they
 // meet in shared memory in stream order. xn is rebuilt from X and rstd exactly as the down
 // kernel rounded it; with a last residual the group's first lane also stores X + g·y, the one
-// write of each value of X (no other block reads it).
-template <int kLanes>
+// write of each value of X (no other block reads it). kSplit (the split down kernel's parts in
+// `in`): the block's first batch of weight loads goes out, then it makes a [R] in shared memory
+// from the parts as the down kernel makes it from a whole sum, and block 0 writes g.
+template <int kLanes, bool kSplit>
 __global__ void __launch_bounds__(kPreThreads)
-    HcPreUpKernel(const __half* __restrict__ a, const __half* __restrict__ U, float* X, HcLastResidual last,
-                  const __half* __restrict__ nw, int nw_len, const float* __restrict__ rstd, __half* __restrict__ h,
-                  int S, int H, int R) {
+    HcPreUpKernel(const void* __restrict__ in, __half* __restrict__ g, int N, const __half* __restrict__ U, float* X,
+                  HcLastResidual last, const __half* __restrict__ nw, int nw_len, const float* __restrict__ rstd,
+                  __half* __restrict__ h, int S, int H, int R) {
   constexpr int kRowsPerBlock = kPreThreads / kLanes, kLoads = 64 / kLanes;  // 64 runs (R = 512) a batch
+  extern __shared__ uint4 a_shared[];  // kSplit: a [R]
   __shared__ float contrib[kRowsPerBlock];
   const int grp = threadIdx.x / kLanes, l = threadIdx.x % kLanes;
   const int j = blockIdx.x * kRowsPerBlock + grp, c = j / S, s = j % S;
   const bool live = c < H;
   const int ri = s * H + c, runs = R / 8;
   const uint4* row = reinterpret_cast<const uint4*>(U + static_cast<int64_t>(live ? ri : 0) * R);
-  const uint4* a4 = reinterpret_cast<const uint4*>(a);
+  const uint4* a4 = kSplit ? a_shared : static_cast<const uint4*>(in);
+  uint4 wv[kLoads];
+  const auto load_weights = [&](int c0) {
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int cc = c0 + u * kLanes;
+      wv[u] = live && cc < runs ? gemv::LoadStreamed(row + cc) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  load_weights(l);
+  if constexpr (kSplit) {
+    const float* part = static_cast<const float*>(in);
+    __half* a = reinterpret_cast<__half*>(a_shared);
+    for (int n = threadIdx.x; n < (blockIdx.x == 0 ? N : R); n += kPreThreads) {
+      float sum = 0;
+      for (int t = 0; t < S; ++t) sum += part[t * N + n];
+      const float v = __half2float(__float2half(sum)) / static_cast<float>(S);  // di in FP16, as composed
+      if (n < R) {
+        a[n] = __float2half(Silu(v));
+      } else {
+        g[n - R] = __float2half(2.0f * Sigmoid(v));
+      }
+    }
+  }
   // This row's xn, exactly as the down kernel rounded it (its loads go out with the weights').
   float xv = 0, xn = 0;
   if (live) {
@@ -233,19 +375,16 @@ __global__ void __launch_bounds__(kPreThreads)
     __syncwarp();  // every lane of the group has read X[ri] before its first lane stores it
     if (live && l == 0) X[ri] = xv;
   }
+  if constexpr (kSplit) __syncthreads();  // a is whole
 
   float acc = 0;
   for (int c0 = l; c0 - l < runs; c0 += kLoads * kLanes) {
-    uint4 wv[kLoads], av[kLoads];
+    if (c0 != l) load_weights(c0);
+    uint4 av[kLoads];
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
       const int cc = c0 + u * kLanes;
-      wv[u] = live && cc < runs ? gemv::LoadStreamed(row + cc) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kLoads; ++u) {
-      const int cc = c0 + u * kLanes;
-      av[u] = cc < runs ? __ldg(a4 + cc) : make_uint4(0, 0, 0, 0);
+      av[u] = cc < runs ? (kSplit ? a4[cc] : __ldg(a4 + cc)) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) acc += Dot8(wv[u], av[u]);
@@ -267,14 +406,23 @@ __global__ void __launch_bounds__(kPreThreads)
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The down kernel of kRows rows a block with lane_runs runs a thread (split: of a stream's runs).
 template <int kRows>
-void LaunchDown(int lane_runs, const float* X, HcLastResidual last, const __half* norm, int nw_len, const __half* W,
-                __half* a, __half* g, float* rstd, int N, int R, int S, int H, float eps, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(CeilDiv(N, kRows)));
+void LaunchDown(bool split, int lane_runs, const float* X, HcLastResidual last, const __half* norm, int nw_len,
+                const __half* W, __half* a, __half* g, float* rstd, int N, int R, int S, int H, float eps,
+                cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>(CeilDiv(N, kRows));
+  float* part = reinterpret_cast<float*>(a);
   switch (lane_runs) {
-#define Q38_HC_DOWN(L)                                                                                               \
-  case L:                                                                                                            \
-    HcPreDownKernel<kRows, L><<<grid, kPreThreads, 0, stream>>>(X, last, norm, nw_len, W, a, g, rstd, N, R, S, H, eps); \
+#define Q38_HC_DOWN(L)                                                                                         \
+  case L:                                                                                                      \
+    if (split) {                                                                                               \
+      HcPreDownSplitKernel<kRows, L><<<dim3(blocks, static_cast<unsigned>(S)), kPreThreads, 0, stream>>>(      \
+          X, last, norm, nw_len, W, part, rstd, N, S, H, eps);                                                 \
+    } else {                                                                                                   \
+      HcPreDownKernel<kRows, L><<<blocks, kPreThreads, 0, stream>>>(X, last, norm, nw_len, W, a, g, rstd, N, R, S, \
+                                                                    H, eps);                                   \
+    }                                                                                                          \
     break;
     Q38_HC_DOWN(1)
     Q38_HC_DOWN(2)
@@ -284,6 +432,19 @@ void LaunchDown(int lane_runs, const float* X, HcLastResidual last, const __half
     Q38_HC_DOWN(6)
 #undef Q38_HC_DOWN
     default: LOG(FATAL) << "HcPreDown: " << lane_runs << " runs a thread";
+  }
+}
+
+template <int kLanes>
+void LaunchUp(bool split, const __half* a, __half* g, int N, const __half* up, float* X, HcLastResidual last,
+              const __half* norm, int nw_len, const float* rstd, __half* h, int S, int H, int R, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>(CeilDiv(S * H, kPreThreads / kLanes));
+  if (split) {
+    HcPreUpKernel<kLanes, true><<<blocks, kPreThreads, R * sizeof(__half), stream>>>(a, g, N, up, X, last, norm,
+                                                                                      nw_len, rstd, h, S, H, R);
+  } else {
+    HcPreUpKernel<kLanes, false><<<blocks, kPreThreads, 0, stream>>>(a, g, N, up, X, last, norm, nw_len, rstd, h, S,
+                                                                     H, R);
   }
 }
 
@@ -297,8 +458,11 @@ HcPreConfig HcPreChoose(int64_t S, int64_t H, int64_t R) {
   // against 6.3 at 2 rows and 8.0 at 1; at R = 16 (20 rows) 2 rows a block are best (2.2 µs
   // against 2.3 at 4). 16 lanes a row of up beat 8 at R = 320 (4.8 µs against 5.2) and at R = 16
   // (2.5 against 2.8).
+  // Split by streams at R = 320: the down kernel on 324 blocks reading a quarter of X each
+  // instead of 81 reading all of it (run D3 measures it against the unsplit pair).
   c.down_rows = R >= 256 ? 4 : 2;
   c.up_lanes = 16;
+  c.split_streams = R >= 256;
   return c;
 }
 
@@ -309,33 +473,36 @@ bool HcPreFusedFits(int64_t S, int64_t H, int64_t R, int64_t norm_len, const voi
          Aligned16(X) && Aligned16(norm) && Aligned16(down_inject) && Aligned16(up);
 }
 
+int64_t HcPreScratchHalves(int64_t S, int64_t R, bool inject) {
+  const int64_t N = R + (inject ? S : 0);
+  return std::max(N, 2 * S * N);  // a in FP16, or the split kernel's S parts of each row in FP32
+}
+
 void HcPreFusedDown(const HcPreConfig& config, const float* X, const __half* norm, int64_t norm_len,
                     const __half* down_inject, __half* a, __half* g, float* rstd, int64_t S, int64_t H, int64_t R,
                     bool inject, float eps, cudaStream_t stream, HcLastResidual last) {
   const int N = static_cast<int>(R + (inject ? S : 0));
-  const int lane_runs = static_cast<int>(CeilDiv(S * H / 8, kPreThreads));
+  const bool split = config.split_streams;
+  const int lane_runs = static_cast<int>(CeilDiv((split ? H : S * H) / 8, kPreThreads));
   const int s = static_cast<int>(S), hh = static_cast<int>(H), r = static_cast<int>(R), nl = static_cast<int>(norm_len);
   switch (config.down_rows) {
-    case 1: LaunchDown<1>(lane_runs, X, last, norm, nl, down_inject, a, g, rstd, N, r, s, hh, eps, stream); break;
-    case 2: LaunchDown<2>(lane_runs, X, last, norm, nl, down_inject, a, g, rstd, N, r, s, hh, eps, stream); break;
-    case 4: LaunchDown<4>(lane_runs, X, last, norm, nl, down_inject, a, g, rstd, N, r, s, hh, eps, stream); break;
+    case 1: LaunchDown<1>(split, lane_runs, X, last, norm, nl, down_inject, a, g, rstd, N, r, s, hh, eps, stream); break;
+    case 2: LaunchDown<2>(split, lane_runs, X, last, norm, nl, down_inject, a, g, rstd, N, r, s, hh, eps, stream); break;
+    case 4: LaunchDown<4>(split, lane_runs, X, last, norm, nl, down_inject, a, g, rstd, N, r, s, hh, eps, stream); break;
     default: LOG(FATAL) << "HcPreFused: " << config.down_rows << " down rows a block";
   }
   Q38_CUDA_LAUNCHED();
 }
 
 void HcPreFusedUp(const HcPreConfig& config, float* X, const __half* norm, int64_t norm_len, const __half* up,
-                  const __half* a, const float* rstd, __half* h, int64_t S, int64_t H, int64_t R, cudaStream_t stream,
-                  HcLastResidual last) {
+                  const __half* a, __half* g, const float* rstd, __half* h, int64_t S, int64_t H, int64_t R,
+                  bool inject, cudaStream_t stream, HcLastResidual last) {
+  const int N = static_cast<int>(R + (inject ? S : 0));
+  const bool split = config.split_streams;
   const int s = static_cast<int>(S), hh = static_cast<int>(H), r = static_cast<int>(R), nl = static_cast<int>(norm_len);
   switch (config.up_lanes) {
-    case 8:
-      HcPreUpKernel<8><<<CeilDiv(S * H, kPreThreads / 8), kPreThreads, 0, stream>>>(a, up, X, last, norm, nl, rstd, h, s, hh, r);
-      break;
-    case 16:
-      HcPreUpKernel<16><<<CeilDiv(S * H, kPreThreads / 16), kPreThreads, 0, stream>>>(a, up, X, last, norm, nl, rstd, h, s,
-                                                                                    hh, r);
-      break;
+    case 8: LaunchUp<8>(split, a, g, N, up, X, last, norm, nl, rstd, h, s, hh, r, stream); break;
+    case 16: LaunchUp<16>(split, a, g, N, up, X, last, norm, nl, rstd, h, s, hh, r, stream); break;
     default: LOG(FATAL) << "HcPreFused: " << config.up_lanes << " up lanes a row";
   }
   Q38_CUDA_LAUNCHED();
@@ -347,10 +514,11 @@ void HcPreFused(const HcPreConfig& config, float* X, const __half* norm, int64_t
   CHECK(HcPreFusedFits(S, H, R, norm_len, X, norm, down_inject, up)) << "HcPreFused: S " << S << " H " << H << " R " << R;
   CHECK(!inject || g != nullptr);
   CHECK(Aligned16(di)) << "HcPreFused: the scratch for a is read 16 bytes at a time";
+  CHECK(!config.split_streams || R * sizeof(__half) <= 48 * 1024) << "HcPreFused: a [R] must fit shared memory";
   CHECK(last.g == nullptr || (last.y != nullptr && Aligned16(last.y) && last.g != g))
       << "HcPreFused: the last residual needs y 16-byte aligned and gates other than the new ones";
   HcPreFusedDown(config, X, norm, norm_len, down_inject, di, g, rstd, S, H, R, inject, eps, stream, last);
-  HcPreFusedUp(config, X, norm, norm_len, up, di, rstd, h, S, H, R, stream, last);
+  HcPreFusedUp(config, X, norm, norm_len, up, di, g, rstd, h, S, H, R, inject, stream, last);
 }
 
 void HcPreFused(float* X, const __half* norm, int64_t norm_len, const __half* down_inject, const __half* up, __half* h,
@@ -374,6 +542,20 @@ void HcGates(const __half* di, __half* a, __half* g, int64_t T, int64_t R, int64
 
 void HcCombine(const __half* m, const __half* xn, __half* h, int64_t T, int64_t S, int64_t H, cudaStream_t stream) {
   HcCombineKernel<<<TokenColumnGrid(T, H), kTokenColumnThreads, 0, stream>>>(m, xn, h, T, S, H);
+  Q38_CUDA_LAUNCHED();
+}
+
+bool HcResidualNormFits(int64_t S, int64_t H, int64_t norm_len, const void* X, const void* y, const void* norm,
+                        const void* xn) {
+  return H % 8 == 0 && (norm_len == H || norm_len == S * H) && Aligned16(X) && Aligned16(y) && Aligned16(norm) &&
+         Aligned16(xn);
+}
+
+void HcResidualNorm(float* X, const __half* g, const __half* y, const __half* norm, int64_t norm_len, __half* xn,
+                    int64_t T, int64_t S, int64_t H, float eps, cudaStream_t stream) {
+  CHECK(HcResidualNormFits(S, H, norm_len, X, y, norm, xn)) << "HcResidualNorm: H " << H << ", norm of " << norm_len;
+  HcResidualNormKernel<<<static_cast<unsigned>(T * S), kNormThreads, 0, stream>>>(X, g, y, norm, xn, S, H,
+                                                                                  norm_len != H, eps);
   Q38_CUDA_LAUNCHED();
 }
 

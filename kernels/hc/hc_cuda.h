@@ -15,6 +15,13 @@ void EmbedStreams(const __half* table, const int32_t* ids, float* X, int64_t T, 
 void HcGates(const __half* di, __half* a, __half* g, int64_t T, int64_t R, int64_t S, bool inject, cudaStream_t stream);
 void HcCombine(const __half* m, const __half* xn, __half* h, int64_t T, int64_t S, int64_t H, cudaStream_t stream);
 void HcResidual(float* X, const __half* g, const __half* y, int64_t T, int64_t S, int64_t H, cudaStream_t stream);
+// HcResidual, then the zero-centred RmsNorm of X by rows of H into xn [T, S·H] (norm of H, or of
+// S·H: a row per stream), in one kernel with the two's bits (Backend::HcResidualNorm). Needs
+// HcResidualNormFits: H a multiple of 8 and 16-byte aligned X, y, norm and xn.
+bool HcResidualNormFits(int64_t S, int64_t H, int64_t norm_len, const void* X, const void* y, const void* norm,
+                        const void* xn);
+void HcResidualNorm(float* X, const __half* g, const __half* y, const __half* norm, int64_t norm_len, __half* xn,
+                    int64_t T, int64_t S, int64_t H, float eps, cudaStream_t stream);
 
 // The pre step of one module for one token (Backend::HcPre at T = 1) in two kernels instead of
 // five (norm, down/inject GEMV, gates, up GEMV, combine):
@@ -37,21 +44,28 @@ struct HcLastResidual {
   const __half* g = nullptr;
   const __half* y = nullptr;
 };
+// With split_streams, kernel 1's blocks take (rows, stream): each reads its stream's H values of X
+// and norms them with that stream's sum of squares alone, and leaves its part of each row's dot
+// in scratch; kernel 2's blocks each add a row's S parts in stream order into the gates (block 0
+// writes g). S times the blocks for the down/inject rows, a quarter of X read by each.
 struct HcPreConfig {
   int down_rows = 4;  // rows of down_inject a block of the first kernel: 1, 2 or 4
   int up_lanes = 16;  // lanes a row of up in the second kernel: 8 or 16
+  bool split_streams = false;
 };
 // The configuration HcPreFused uses for a shape.
 HcPreConfig HcPreChoose(int64_t S, int64_t H, int64_t R);
 bool HcPreFusedFits(int64_t S, int64_t H, int64_t R, int64_t norm_len, const void* X, const void* norm,
                     const void* down_inject, const void* up);
-// di: scratch of at least R halves, 16-byte aligned (it receives a); rstd: S floats. X is written
-// only with a last residual.
+// di: scratch of HcPreScratchHalves halves, 16-byte aligned (it receives a, or the split rows'
+// parts); rstd: S floats. X is written only with a last residual.
+int64_t HcPreScratchHalves(int64_t S, int64_t R, bool inject);
 void HcPreFused(float* X, const __half* norm, int64_t norm_len, const __half* down_inject, const __half* up, __half* h,
                 __half* g, __half* di, float* rstd, int64_t S, int64_t H, int64_t R, bool inject, float eps,
                 cudaStream_t stream, HcLastResidual last = {});
 // The same with a given configuration (tests and hc_bench), and its two kernels alone (hc_bench
-// times them apart; a [R] and g [S] are kernel 1's outputs, a kernel 2's input).
+// times them apart; a [R] and g [S] are kernel 1's outputs, a kernel 2's input; split, kernel 1
+// leaves the parts in a and kernel 2 writes g).
 void HcPreFused(const HcPreConfig& config, float* X, const __half* norm, int64_t norm_len, const __half* down_inject,
                 const __half* up, __half* h, __half* g, __half* di, float* rstd, int64_t S, int64_t H, int64_t R,
                 bool inject, float eps, cudaStream_t stream, HcLastResidual last = {});
@@ -59,7 +73,7 @@ void HcPreFusedDown(const HcPreConfig& config, const float* X, const __half* nor
                     const __half* down_inject, __half* a, __half* g, float* rstd, int64_t S, int64_t H, int64_t R,
                     bool inject, float eps, cudaStream_t stream, HcLastResidual last = {});
 void HcPreFusedUp(const HcPreConfig& config, float* X, const __half* norm, int64_t norm_len, const __half* up,
-                  const __half* a, const float* rstd, __half* h, int64_t S, int64_t H, int64_t R, cudaStream_t stream,
-                  HcLastResidual last = {});
+                  const __half* a, __half* g, const float* rstd, __half* h, int64_t S, int64_t H, int64_t R,
+                  bool inject, cudaStream_t stream, HcLastResidual last = {});
 
 }  // namespace q38::cuda

@@ -110,7 +110,7 @@ TEST(HcCuda, PreStepFusedAndComposed) {
 }
 
 // Every configuration of the fused pair (cuda::HcPreConfig: 1, 2 or 4 rows of down_inject a block,
-// 8 or 16 lanes a row of up) against the CPU reference, at the model's widths and at shapes whose
+// 8 or 16 lanes a row of up, the down kernel split by streams or not) against the CPU reference, at the model's widths and at shapes whose
 // K leaves threads of the first kernel without runs (K = 80, 1,024), takes several runs a thread
 // with a partial last one (K = 5,200), or the most the kernel takes (K = 12,288: 6 runs a thread);
 // N not a multiple of the rows a block; norm weights of S·H and of H. Each configuration's result is the same on a second run
@@ -142,44 +142,47 @@ TEST(HcCuda, PreStepFusedEveryConfiguration) {
       auto hb = b.Out({1, H}), gb = b.Out({1, S});
       b.gpu().HcPre(X.gpu.t(), norm.gpu.t(), dw.gpu.t(), uw.gpu.t(), hb.gpu.t(), gb.gpu.t(), S, 1e-6f);
       const std::vector<float> h_backend = b.GpuFloats(hb), g_backend = b.GpuFloats(gb);
-      auto scratch = b.Out({rows});
+      auto scratch = b.Out({cuda::HcPreScratchHalves(S, R, inject)});
       auto rstd = b.Out({S}, DType::kF32);
       const cuda::HcPreConfig chosen = cuda::HcPreChoose(S, H, R);
-      for (int down_rows : {1, 2, 4}) {
-        for (int up_lanes : {8, 16}) {
-          const cuda::HcPreConfig c{down_rows, up_lanes};
-          const std::string with = at + " down_rows " + std::to_string(down_rows) + " up_lanes " + std::to_string(up_lanes);
-          std::vector<float> first_h, first_g;
-          for (int run = 0; run < 2; ++run) {
-            b.gpu().Fill(h.gpu.t(), NAN);  // the CPU side holds the reference
-            b.gpu().Fill(g.gpu.t(), NAN);
-            cuda::HcPreFused(c, static_cast<float*>(X.gpu.t().data), static_cast<const __half*>(norm.gpu.t().data),
-                             norm_len, static_cast<const __half*>(dw.gpu.t().data),
-                             static_cast<const __half*>(uw.gpu.t().data), static_cast<__half*>(h.gpu.t().data),
-                             inject ? static_cast<__half*>(g.gpu.t().data) : nullptr,
-                             static_cast<__half*>(scratch.gpu.t().data), static_cast<float*>(rstd.gpu.t().data), S, H,
-                             R, inject, 1e-6f, stream);
-            ASSERT_EQ(cudaGetLastError(), cudaSuccess) << with;
-            const std::vector<float> hg = b.GpuFloats(h), gg = b.GpuFloats(g);
-            if (run == 0) {
-              EXPECT_TRUE(b.Matches(h, 8)) << "h against the CPU, " << with;
-              if (inject) {
-                EXPECT_TRUE(b.Matches(g, 8)) << "g against the CPU, " << with;
-              } else {
-                for (float v : gg) EXPECT_TRUE(std::isnan(v)) << "g written without inject, " << with;
-              }
-              first_h = hg, first_g = gg;
-              if (c.down_rows == chosen.down_rows && c.up_lanes == chosen.up_lanes) {
-                for (int64_t i = 0; i < H; ++i) EXPECT_EQ(hg[i], h_backend[i]) << "h as HcPre's, " << with << " at " << i;
-                if (inject) {
-                  for (int64_t i = 0; i < S; ++i) EXPECT_EQ(gg[i], g_backend[i]) << "g as HcPre's, " << with;
-                }
-              }
+      // 1, 2 or 4 rows a down block, 8 or 16 lanes an up row, unsplit then split by streams.
+      for (int config = 0; config < 12; ++config) {
+        const int down_rows = 1 << (config % 3), up_lanes = config / 3 % 2 ? 16 : 8;
+        const bool split = config >= 6;
+        const cuda::HcPreConfig c{down_rows, up_lanes, split};
+        const std::string with = at + " down_rows " + std::to_string(down_rows) + " up_lanes " +
+                                 std::to_string(up_lanes) + (split ? " split" : "");
+        std::vector<float> first_h, first_g;
+        for (int run = 0; run < 2; ++run) {
+          b.gpu().Fill(h.gpu.t(), NAN);  // the CPU side holds the reference
+          b.gpu().Fill(g.gpu.t(), NAN);
+          cuda::HcPreFused(c, static_cast<float*>(X.gpu.t().data), static_cast<const __half*>(norm.gpu.t().data),
+                           norm_len, static_cast<const __half*>(dw.gpu.t().data),
+                           static_cast<const __half*>(uw.gpu.t().data), static_cast<__half*>(h.gpu.t().data),
+                           inject ? static_cast<__half*>(g.gpu.t().data) : nullptr,
+                           static_cast<__half*>(scratch.gpu.t().data), static_cast<float*>(rstd.gpu.t().data), S, H,
+                           R, inject, 1e-6f, stream);
+          ASSERT_EQ(cudaGetLastError(), cudaSuccess) << with;
+          const std::vector<float> hg = b.GpuFloats(h), gg = b.GpuFloats(g);
+          if (run == 0) {
+            EXPECT_TRUE(b.Matches(h, 8)) << "h against the CPU, " << with;
+            if (inject) {
+              EXPECT_TRUE(b.Matches(g, 8)) << "g against the CPU, " << with;
             } else {
-              for (int64_t i = 0; i < H; ++i) EXPECT_EQ(hg[i], first_h[i]) << "h again, " << with << " at " << i;
+              for (float v : gg) EXPECT_TRUE(std::isnan(v)) << "g written without inject, " << with;
+            }
+            first_h = hg, first_g = gg;
+            if (c.down_rows == chosen.down_rows && c.up_lanes == chosen.up_lanes &&
+                c.split_streams == chosen.split_streams) {
+              for (int64_t i = 0; i < H; ++i) EXPECT_EQ(hg[i], h_backend[i]) << "h as HcPre's, " << with << " at " << i;
               if (inject) {
-                for (int64_t i = 0; i < S; ++i) EXPECT_EQ(gg[i], first_g[i]) << "g again, " << with;
+                for (int64_t i = 0; i < S; ++i) EXPECT_EQ(gg[i], g_backend[i]) << "g as HcPre's, " << with;
               }
+            }
+          } else {
+            for (int64_t i = 0; i < H; ++i) EXPECT_EQ(hg[i], first_h[i]) << "h again, " << with << " at " << i;
+            if (inject) {
+              for (int64_t i = 0; i < S; ++i) EXPECT_EQ(gg[i], first_g[i]) << "g again, " << with;
             }
           }
         }
@@ -190,12 +193,13 @@ TEST(HcCuda, PreStepFusedEveryConfiguration) {
 
 // The last residual made on the way (Backend::HcResidualPre; the two kernels at T = 1): against
 // the CPU reference, and bitwise against the GPU's own HcResidual then HcPre (X, h and g), at the
-// model's widths and the small ones, with and without inject rows; T = 3 takes the composition.
+// model's widths and the small ones, with and without inject rows; more tokens take the update
+// inside the norm (HcResidualNorm), then the rest of the composition.
 TEST(HcCuda, ResidualAndPreStepFused) {
   Q38_REQUIRE_GPU();
   BackendPair b;
   for (auto [T, S, H, R] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 4, 2560, 320}, {1, 4, 256, 16},
-                            {1, 2, 40, 8}, {3, 4, 64, 16}}) {
+                            {1, 2, 40, 8}, {3, 4, 64, 16}, {37, 4, 2560, 320}}) {
     for (bool inject : {true, false}) {
       const int64_t W = S * H, rows = R + (inject ? S : 0);
       std::vector<float> down = Normal(rows * W, 33), up = Normal(W * R, 34);
@@ -229,6 +233,35 @@ TEST(HcCuda, ResidualAndPreStepFused) {
       if (inject) {
         EXPECT_EQ(b.GpuFloats(g), b.GpuFloats(g2)) << "g against HcResidual then HcPre, " << at;
       }
+    }
+  }
+}
+
+// The residual update inside the norm (Backend::HcResidualNorm: one kernel) against the GPU's
+// HcResidual then RmsNorm, bit for bit (X and xn), and against the CPU: norm weights of H and of
+// S·H, rows of H whose last thread step is partial (H = 2,600: 1.27 steps of 256 threads) or
+// leaves threads idle (H = 40), one token and many.
+TEST(HcCuda, ResidualInsideTheNorm) {
+  Q38_REQUIRE_GPU();
+  BackendPair b;
+  for (auto [T, S, H] : {std::tuple<int64_t, int64_t, int64_t>{1, 4, 2560}, {300, 4, 2560}, {5, 2, 2600}, {9, 2, 40}}) {
+    for (bool norm_per_row : {false, true}) {
+      const int64_t W = S * H, norm_len = norm_per_row ? W : H;
+      const std::string at = "T " + std::to_string(T) + " S " + std::to_string(S) + " H " + std::to_string(H) +
+                             (norm_per_row ? " norm per stream" : "");
+      auto norm = b.Act(cpu::op_test::Uniform(norm_len, 41, -0.3f, 0.3f), {norm_len});
+      auto g_last = b.Act(Normal(T * S, 42), {T, S});
+      auto y = b.Act(Normal(T * H, 43), {T, H});
+      auto X = b.F32(Normal(T * W, 44), {T, W}), X2 = b.F32(Normal(T * W, 44), {T, W});
+      auto xn = b.Out({T, W}), xn2 = b.Out({T, W});
+      b.cpu().HcResidualNorm(X.cpu.t(), g_last.cpu.t(), y.cpu.t(), norm.cpu.t(), xn.cpu.t(), 1e-6f);
+      b.gpu().HcResidualNorm(X.gpu.t(), g_last.gpu.t(), y.gpu.t(), norm.gpu.t(), xn.gpu.t(), 1e-6f);
+      EXPECT_TRUE(b.Matches(X, 0.01)) << "X against the CPU, " << at;
+      EXPECT_TRUE(b.Matches(xn, 2)) << "xn against the CPU, " << at;
+      b.gpu().HcResidual(X2.gpu.t(), g_last.gpu.t(), y.gpu.t());
+      b.gpu().RmsNorm(X2.gpu.t(), norm.gpu.t(), xn2.gpu.t(), H, /*zero_centred=*/true, 1e-6f);
+      EXPECT_EQ(b.GpuFloats(X), b.GpuFloats(X2)) << "X against HcResidual, " << at;
+      EXPECT_EQ(b.GpuFloats(xn), b.GpuFloats(xn2)) << "xn against HcResidual then RmsNorm, " << at;
     }
   }
 }

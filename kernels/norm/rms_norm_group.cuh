@@ -13,18 +13,26 @@ namespace q38::cuda {
 
 constexpr int kNormThreads = 256;
 
+// RmsNormGroup's x as it is read.
+struct KeepRow {
+  __device__ __forceinline__ void operator()(int64_t, float*) const {}
+};
+
 // y[0..group) = x · 1/RMS(x) · (offset + w), the sum of squares over the block, then every element
 // scaled by the thread that read it, so y may alias x. A group is a few thousand elements at
 // most, so each thread has only a few 16-byte loads in flight: a warp per group would wait on ~80
 // dependent loads in turn (ncu: 40 µs per call at the model's H). Every thread of the block calls
-// it; kStep 8 needs 16-byte aligned x, w and y.
-template <typename TX, int kStep>
+// it; kStep 8 needs 16-byte aligned x, w and y. update(i, v) may change the kStep values read at
+// x + i before they count, storing them back to x (the fused residual update, kernels/hc): the
+// second pass reads them as stored by the same thread.
+template <typename TX, int kStep, typename Update = KeepRow>
 __device__ __forceinline__ void RmsNormGroup(const TX* x, const __half* __restrict__ w, __half* y, int64_t group,
-                                             float eps, float offset) {
+                                             float eps, float offset, Update update = {}) {
   float ss = 0;
   for (int64_t i = threadIdx.x * kStep; i < group; i += blockDim.x * kStep) {
     float v[kStep];
     LoadF<kStep>(x + i, v);
+    update(i, v);
 #pragma unroll
     for (int j = 0; j < kStep; ++j) ss += v[j] * v[j];
   }
