@@ -453,22 +453,22 @@ void LaunchUp(bool split, const __half* a, __half* g, int N, const __half* up, f
 HcPreConfig HcPreChoose(int64_t S, int64_t H, int64_t R) {
   (void)S, (void)H;
   HcPreConfig c;
-  // Measured on one H200 (hc_bench, 2026-12-02, a graph of 97 pre steps): at R = 320 (324 rows of
-  // K = 10,240) 4 rows a block (81 blocks, X read from L2 81 times) take the down kernel 5.5 µs
-  // against 6.3 at 2 rows and 8.0 at 1; at R = 16 (20 rows) 2 rows a block are best (2.2 µs
-  // against 2.3 at 4). 16 lanes a row of up beat 8 at R = 320 (4.8 µs against 5.2) and at R = 16
-  // (2.5 against 2.8).
-  // Split by streams at R = 320: the down kernel on 324 blocks reading a quarter of X each
-  // instead of 81 reading all of it (run D3 measures it against the unsplit pair).
+  // Measured on one H100 (hc_bench, run D3, 2026-12-06, a graph of 97 pre steps): split by
+  // streams, the pair takes 10.88 µs at R = 320 (324 rows of K = 10,240; 4 rows a block, 324
+  // blocks) against 11.37 unsplit (81 blocks): the down kernel 5.97 → 4.77, the up kernel, which
+  // now makes a from the parts, 5.33 → 6.13. At R = 16 (20 rows) split with 2 rows a block takes
+  // 4.52 against 4.92. 16 lanes a row of up were best or within 0.1 µs everywhere.
   c.down_rows = R >= 256 ? 4 : 2;
   c.up_lanes = 16;
-  c.split_streams = R >= 256;
+  c.split_streams = true;
   return c;
 }
 
 bool HcPreFusedFits(int64_t S, int64_t H, int64_t R, int64_t norm_len, const void* X, const void* norm,
                     const void* down_inject, const void* up) {
+  // R ≤ 24,576: the split up kernel keeps a [R] in shared memory.
   return S >= 1 && S <= kMaxStreams && kPreThreads / 16 % S == 0 && H >= 8 && H % 8 == 0 && R >= 8 && R % 8 == 0 &&
+         R * static_cast<int64_t>(sizeof(__half)) <= 48 * 1024 &&
          (norm_len == H || norm_len == S * H) && S * H / 8 <= kMaxLaneRuns * kPreThreads &&
          Aligned16(X) && Aligned16(norm) && Aligned16(down_inject) && Aligned16(up);
 }

@@ -35,7 +35,7 @@ void HcResidualNorm(float* X, const __half* g, const __half* y, const __half* no
 //     against a, the S rows of one column meet in shared memory as sigmoid(m)·xn (xn again from
 //     X and rstd), h = their mean in stream order.
 // Rounds where the composition rounds (xn, di, a, m, h to FP16); sums in a fixed order that
-// depends on the shape and the configuration alone. Needs HcPreFusedFits (K = S·H ≤ 12,288).
+// depends on the shape and the configuration alone. Needs HcPreFusedFits (K = S·H ≤ 12,288, R ≤ 24,576).
 // The last sub-block's residual update X += g·y (g [S], y [H] FP16, y 16-byte aligned), made by
 // the fused pre step on its way (Backend::HcResidualPre): kernel 1 works on X + g·y, kernel 2
 // also stores it into X, the same bits as HcResidual gives. None where g is null; g must not be
