@@ -543,8 +543,8 @@ class CudaBackendImpl final : public CudaBackend {
         !cuda::HcPreFusedFits(S, H_, R, norm.numel(), X.data, norm.data, down_inject.data, up.data)) {
       return false;
     }
-    Buffer di = Alloc(DType::kF16, {cuda::HcPreScratchHalves(S, R, inject)}), rstd = Alloc(DType::kF32, {S});
-    cuda::HcPreFused(F(X), H(norm), norm.numel(), H(down_inject), H(up), H(h), inject ? H(g) : nullptr, H(di.t()),
+    Buffer parts = Alloc(DType::kF32, {cuda::HcPreScratchFloats(S, R, inject)}), rstd = Alloc(DType::kF32, {S});
+    cuda::HcPreFused(F(X), H(norm), norm.numel(), H(down_inject), H(up), H(h), inject ? H(g) : nullptr, F(parts.t()),
                      F(rstd.t()), S, H_, R, inject, eps, stream_, last);
     return true;
   }

@@ -6,7 +6,7 @@
 // µs per pre step inside a CUDA graph of a batch of steps (as the decode graph replays them) and
 // eagerly, weights cold in the L2 (a batch rotates among copies spanning 256 MB), X one buffer.
 // Then each fused kernel alone beside the plain GEMV of its matrix (cuda::Linear), and every
-// configuration of HcPreFused (the down kernel split by streams or not). The last residual update
+// configuration of HcPreFused. The last residual update
 // as its own kernel before the pair is timed against the pair that makes it on its way
 // (HcLastResidual); at 8,192 tokens, the update and the norm after it against HcResidualNorm.
 // Every fused output is checked against the composed one (NMSE of h, largest gap of g); the exit
@@ -47,8 +47,8 @@ using bench::ToHost;
 struct Module {
   int64_t S, H, R, rows, W;
   int copies;
-  std::unique_ptr<DeviceArray<__half>> norm, down, up, xn, di, a, m, h, g, y, di2, a2;
-  std::unique_ptr<DeviceArray<float>> X, rstd;
+  std::unique_ptr<DeviceArray<__half>> norm, down, up, xn, di, a, m, h, g, y, di2;
+  std::unique_ptr<DeviceArray<float>> X, rstd, parts;
   Module(int64_t S_, int64_t H_, int64_t R_, bool inject, cudaStream_t s) : S(S_), H(H_), R(R_) {
     W = S * H;
     rows = R + (inject ? S : 0);
@@ -60,7 +60,7 @@ struct Module {
     xn = std::make_unique<DeviceArray<__half>>(W);
     di = std::make_unique<DeviceArray<__half>>(rows);
     di2 = std::make_unique<DeviceArray<__half>>(rows);
-    a2 = std::make_unique<DeviceArray<__half>>(cuda::HcPreScratchHalves(S, R, inject));
+    parts = std::make_unique<DeviceArray<float>>(cuda::HcPreScratchFloats(S, R, inject));
     a = std::make_unique<DeviceArray<__half>>(R);
     m = std::make_unique<DeviceArray<__half>>(W);
     h = std::make_unique<DeviceArray<__half>>(H);
@@ -102,15 +102,15 @@ struct Module {
   }
   // The fused pair of now, whole and each kernel alone.
   void Fused(const cuda::HcPreConfig& c, int i, cudaStream_t s) {
-    cuda::HcPreFused(c, X->p, norm->p, W, Down(i), Up(i), h->p, inject() ? g->p : nullptr, a2->p, rstd->p, S, H, R,
+    cuda::HcPreFused(c, X->p, norm->p, W, Down(i), Up(i), h->p, inject() ? g->p : nullptr, parts->p, rstd->p, S, H, R,
                      inject(), 1e-6f, s);
   }
   void FusedDown(const cuda::HcPreConfig& c, int i, cudaStream_t s) {
-    cuda::HcPreFusedDown(c, X->p, norm->p, W, Down(i), a2->p, inject() ? g->p : nullptr, rstd->p, S, H, R, inject(),
+    cuda::HcPreFusedDown(c, X->p, norm->p, W, Down(i), parts->p, rstd->p, S, H, R, inject(),
                          1e-6f, s);
   }
   void FusedUp(const cuda::HcPreConfig& c, int i, cudaStream_t s) {
-    cuda::HcPreFusedUp(c, X->p, norm->p, W, Up(i), a2->p, inject() ? g->p : nullptr, rstd->p, h->p, S, H, R, inject(),
+    cuda::HcPreFusedUp(c, X->p, norm->p, W, Up(i), parts->p, inject() ? g->p : nullptr, rstd->p, h->p, S, H, R, inject(),
                        s);
   }
 };
@@ -228,11 +228,11 @@ int Run(Bench& b) {
       const cuda::HcLastResidual last{g_last.p, m.y->p};
       const bench::Launch apart = [&](int i, cudaStream_t st) {
         cuda::HcResidual(Xa.p, g_last.p, m.y->p, 1, c.S, c.H, st);
-        cuda::HcPreFused(chosen, Xa.p, m.norm->p, m.W, m.Down(i), m.Up(i), m.h->p, m.g->p, m.a2->p, m.rstd->p, c.S,
+        cuda::HcPreFused(chosen, Xa.p, m.norm->p, m.W, m.Down(i), m.Up(i), m.h->p, m.g->p, m.parts->p, m.rstd->p, c.S,
                          c.H, c.R, true, 1e-6f, st);
       };
       const bench::Launch together = [&](int i, cudaStream_t st) {
-        cuda::HcPreFused(chosen, Xb.p, m.norm->p, m.W, m.Down(i), m.Up(i), hb.p, m.g->p, m.a2->p, m.rstd->p, c.S, c.H,
+        cuda::HcPreFused(chosen, Xb.p, m.norm->p, m.W, m.Down(i), m.Up(i), hb.p, m.g->p, m.parts->p, m.rstd->p, c.S, c.H,
                          c.R, true, 1e-6f, st, last);
       };
       apart(0, s);
@@ -261,24 +261,20 @@ int Run(Bench& b) {
     kernel_rows.emplace_back(line);
 
     // Every configuration.
-    for (bool split : {false, true}) {
-      for (int rows : {1, 2, 4}) {
-        for (int lanes : {8, 16}) {
-          const cuda::HcPreConfig k{rows, lanes, split};
-          char what[64];
-          std::snprintf(what, sizeof what, "down_rows %d up_lanes %d%s", rows, lanes, split ? " split" : "");
-          const Gap gk = check(what, [&] { m.Fused(k, 0, s); });
-          const Timing tk = b.Graph(iters, [&](int i, cudaStream_t st) { m.Fused(k, i, st); });
-          m.Fused(k, 0, s);  // the up kernel alone reads what this configuration's down kernel left
-          const Timing dk = b.Graph(iters, [&](int i, cudaStream_t st) { m.FusedDown(k, i, st); });
-          const Timing uk = b.Graph(iters, [&](int i, cudaStream_t st) { m.FusedUp(k, i, st); });
-          const bool is_chosen =
-              rows == chosen.down_rows && lanes == chosen.up_lanes && split == chosen.split_streams;
-          std::snprintf(line, sizeof line, "| %s | %d | %d | %s | %.2f | %.2f | %.2f | %.2g |%s", c.name, rows, lanes,
-                        split ? "yes" : "no", tk.median_us, dk.median_us, uk.median_us, gk.nmse,
-                        is_chosen ? " chosen" : "");
-          sweep_rows.emplace_back(line);
-        }
+    for (int rows : {1, 2, 4}) {
+      for (int lanes : {8, 16}) {
+        const cuda::HcPreConfig k{rows, lanes};
+        char what[64];
+        std::snprintf(what, sizeof what, "down_rows %d up_lanes %d", rows, lanes);
+        const Gap gk = check(what, [&] { m.Fused(k, 0, s); });
+        const Timing tk = b.Graph(iters, [&](int i, cudaStream_t st) { m.Fused(k, i, st); });
+        m.Fused(k, 0, s);  // the up kernel alone reads what this configuration's down kernel left
+        const Timing dk = b.Graph(iters, [&](int i, cudaStream_t st) { m.FusedDown(k, i, st); });
+        const Timing uk = b.Graph(iters, [&](int i, cudaStream_t st) { m.FusedUp(k, i, st); });
+        std::snprintf(line, sizeof line, "| %s | %d | %d | %.2f | %.2f | %.2f | %.2g |%s", c.name, rows, lanes,
+                      tk.median_us, dk.median_us, uk.median_us, gk.nmse,
+                      rows == chosen.down_rows && lanes == chosen.up_lanes ? " chosen" : "");
+        sweep_rows.emplace_back(line);
       }
     }
   }
@@ -287,8 +283,8 @@ int Run(Bench& b) {
               "| module | old down | new down | GEMV down | old up | new up | GEMV up |\n|---|---|---|---|---|---|---|\n");
   for (const std::string& r : kernel_rows) std::printf("%s\n", r.c_str());
   std::printf("\n### Every configuration of HcPreFused\n\nµs per call in a CUDA graph of 97.\n\n"
-              "| module | down rows | up lanes | split by streams | fused | down alone | up alone | h NMSE vs composed |\n"
-              "|---|---|---|---|---|---|---|---|\n");
+              "| module | down rows | up lanes | fused | down alone | up alone | h NMSE vs composed |\n"
+              "|---|---|---|---|---|---|---|\n");
   for (const std::string& r : sweep_rows) std::printf("%s\n", r.c_str());
   return failures + ResidualNorm(b);
 }

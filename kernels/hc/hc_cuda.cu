@@ -1,5 +1,3 @@
-#include <algorithm>
-
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/hc/hc_cuda.h"
@@ -103,8 +101,8 @@ __global__ void __launch_bounds__(kNormThreads)
 // The fused one-token pre step (hc_cuda.h, HcPreFused): 256 threads a block in both kernels.
 constexpr int kPreThreads = 256, kPreWarps = kPreThreads / kWarp;
 constexpr int kMaxStreams = 8;
-// Down/inject: thread i of a block takes the runs (8 values) i, i + 256, ... of K: at most
-// kMaxLaneRuns of them (K ≤ 12,288; the model's 10,240 is 5 a thread).
+// Down/inject: thread i of a block takes the runs (8 values) i, i + 256, ... of its stream's H
+// columns: at most kMaxLaneRuns of them (H ≤ 12,288; the model's 2,560 is 2 a thread).
 constexpr int kMaxLaneRuns = 6;
 
 // 8 FP16 weights · 8 FP16 values, in FP32.
@@ -120,127 +118,19 @@ __device__ __forceinline__ float Dot8(const uint4& w, const uint4& x) {
   return acc;
 }
 
-// kRows rows of down_inject W [N, K = S·H] a block against xn, the zero-centred RmsNorm of X by
-// streams, then the gates of those rows: a[n] = silu(di[n] / S) for n < R, g[n - R] =
-// 2·sigmoid(di[n] / S) above (di rounded to FP16 first, as the composition stores it).
-// Thread i owns the runs c = i + 256·u (u < kL) of K for every row of the block: it issues all
-// kRows·kL weight loads first (past L1), then its runs of X (FP32) and of the norm weights, which
-// stay in registers (with a last residual, X + g·y as HcResidualKernel makes it; X itself is
-// left for the up kernel to update). The per-stream sums of squares meet in shared memory (per
-// run, then one warp a stream in a fixed order), so X is read once a block and the only waits
-// before the dot product are one L2 round trip and two barriers. xn is rounded to FP16 where the
-// composition's RmsNorm rounds it: x · (1/rms · (1 + w)).
+// kRows rows of down_inject W [N, K = S·H] against xn, the zero-centred RmsNorm of X by streams,
+// split by streams: block (kRows rows, stream s) takes the stream's H columns alone, so it reads a
+// quarter of X (at S = 4) and norms it with its own stream's sum of squares (thread, warp, then
+// the warps in order); part[s·N + n] receives its part of row n's dot, which the up kernel adds
+// over the streams (81 blocks each reading all of X took the down kernel 5.97 µs at full size,
+// these 324 take 4.77: run D3). Thread i owns the runs i + 256·u (u < kL) of the stream for
+// every row of the block: it issues all kRows·kL weight loads first (past L1), then its runs of
+// X (FP32; with a last residual X + g·y as HcResidualKernel makes it; X itself is left for the up
+// kernel to update) and of the norm weights. xn is rounded to FP16 where the composition's
+// RmsNorm rounds it: x · (1/rms · (1 + w)). Block (0, s) writes rstd[s].
 template <int kRows, int kL>
 __global__ void __launch_bounds__(kPreThreads)
     HcPreDownKernel(const float* __restrict__ X, HcLastResidual last, const __half* __restrict__ nw, int nw_len,
-                    const __half* __restrict__ W, __half* __restrict__ a, __half* __restrict__ g,
-                    float* __restrict__ rstd_out, int N, int R, int S, int H, float eps) {
-  __shared__ float sq[kL * kPreThreads];  // per run of K: its sum of squares
-  __shared__ float inv[kMaxStreams];
-  __shared__ float partial[kRows][kPreWarps];
-  const int K = S * H, runs = K / 8, hruns = H / 8;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int n0 = blockIdx.x * kRows;
-
-  uint4 wv[kRows][kL];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const bool live = n0 + r < N;
-    const uint4* row = reinterpret_cast<const uint4*>(W + static_cast<int64_t>(live ? n0 + r : 0) * K);
-#pragma unroll
-    for (int u = 0; u < kL; ++u) {
-      const int c = threadIdx.x + u * kPreThreads;
-      wv[r][u] = live && c < runs ? gemv::LoadStreamed(row + c) : make_uint4(0, 0, 0, 0);
-    }
-  }
-  float x[kL][8];
-  uint4 nv[kL];
-#pragma unroll
-  for (int u = 0; u < kL; ++u) {
-    const int c = threadIdx.x + u * kPreThreads;
-    if (c < runs) {
-      LoadF<8>(X + static_cast<int64_t>(c) * 8, x[u]);
-      nv[u] = __ldg(reinterpret_cast<const uint4*>(nw + (c * 8) % nw_len));
-      if (last.g != nullptr) {
-        const uint4 yv = __ldg(reinterpret_cast<const uint4*>(last.y + (c % hruns) * 8));
-        const __half* yh = reinterpret_cast<const __half*>(&yv);
-        const float gs = __half2float(last.g[c / hruns]);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) x[u][j] = ResidualOf(x[u][j], gs, __half2float(yh[j]));
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) x[u][j] = 0;
-      nv[u] = make_uint4(0, 0, 0, 0);
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < kL; ++u) {
-    const int c = threadIdx.x + u * kPreThreads;
-    float q = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) q += x[u][j] * x[u][j];
-    if (c < runs) sq[c] = q;
-  }
-  __syncthreads();
-  // Stream s's sum: warp s adds its runs lane-strided, then across the warp.
-  if (warp < S) {
-    float ss = 0;
-    for (int r = lane; r < hruns; r += kWarp) ss += sq[warp * hruns + r];
-    ss = WarpSum(ss);
-    if (lane == 0) {
-      const float rs = rsqrtf(ss / H + eps);
-      inv[warp] = rs;
-      if (blockIdx.x == 0) rstd_out[warp] = rs;
-    }
-  }
-  __syncthreads();
-
-  uint4 xn[kL];
-#pragma unroll
-  for (int u = 0; u < kL; ++u) {
-    const int c = threadIdx.x + u * kPreThreads;
-    const float rs = c < runs ? inv[c / hruns] : 0.0f;
-    const __half2* nh = reinterpret_cast<const __half2*>(&nv[u]);
-    __half2* xh = reinterpret_cast<__half2*>(&xn[u]);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 wf = __half22float2(nh[i]);
-      xh[i] = __floats2half2_rn(x[u][2 * i] * (rs * (1.0f + wf.x)), x[u][2 * i + 1] * (rs * (1.0f + wf.y)));
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    float acc = 0;
-#pragma unroll
-    for (int u = 0; u < kL; ++u) acc += Dot8(wv[r][u], xn[u]);  // runs past K are zeros on both sides
-    acc = WarpSum(acc);
-    if (lane == 0) partial[r][warp] = acc;
-  }
-  __syncthreads();
-  if (threadIdx.x < kRows) {
-    const int n = n0 + threadIdx.x;
-    if (n < N) {
-      float sum = 0;
-      for (int w = 0; w < kPreWarps; ++w) sum += partial[threadIdx.x][w];
-      // The gates, as HcGatesKernel computes them from di in FP16.
-      const float v = __half2float(__float2half(sum)) / static_cast<float>(S);
-      if (n < R) {
-        a[n] = __float2half(Silu(v));
-      } else {
-        g[n - R] = __float2half(2.0f * Sigmoid(v));
-      }
-    }
-  }
-}
-
-// HcPreDownKernel split by streams (HcPreConfig::split_streams): block (kRows rows, stream s) takes
-// the stream's runs of K alone, so it reads H values of X and norms them with its own stream's sum
-// of squares (thread, warp, then the warps in order); part[s·N + n] receives its part of row n's
-// dot, which the up kernel adds over the streams. Block (0, s) writes rstd[s].
-template <int kRows, int kL>
-__global__ void __launch_bounds__(kPreThreads)
-    HcPreDownSplitKernel(const float* __restrict__ X, HcLastResidual last, const __half* __restrict__ nw, int nw_len,
                          const __half* __restrict__ W, float* __restrict__ part, float* __restrict__ rstd_out, int N,
                          int S, int H, float eps) {
   __shared__ float warp_sq[kPreWarps];
@@ -319,28 +209,27 @@ __global__ void __launch_bounds__(kPreThreads)
   }
 }
 
-// h[c] = mean_s sigmoid(U[s·H + c]·a) · xn[s·H + c]. A lane group of kLanes a row of up (R
-// values) reads its weights past L1 and a (hot in L1 and L2) beside them; block b serves the
-// (column, stream) pairs 256/kLanes·b.. in column-major order, so its columns are whole, and they
-// meet in shared memory in stream order. xn is rebuilt from X and rstd exactly as the down
-// kernel rounded it; with a last residual the group's first lane also stores X + g·y, the one
-// write of each value of X (no other block reads it). kSplit (the split down kernel's parts in
-// `in`): the block's first batch of weight loads goes out, then it makes a [R] in shared memory
-// from the parts as the down kernel makes it from a whole sum, and block 0 writes g.
-template <int kLanes, bool kSplit>
+// h[c] = mean_s sigmoid(U[s·H + c]·a) · xn[s·H + c]. Each block first issues its first batch of
+// weight loads, then adds each row of down_inject's S parts in stream order into di (rounded to
+// FP16, as the composition stores it) and makes a = silu(di[:R] / S) in shared memory (block 0
+// also g = 2·sigmoid(di[R:] / S)). A lane group of kLanes a row of up (R values) reads its weights
+// past L1; block b serves the (column, stream) pairs 256/kLanes·b.. in column-major order, so its
+// columns are whole, and they meet in shared memory in stream order. xn is rebuilt from X and rstd
+// exactly as the down kernel rounded it; with a last residual the group's first lane also stores
+// X + g·y, the one write of each value of X (no other block reads it).
+template <int kLanes>
 __global__ void __launch_bounds__(kPreThreads)
-    HcPreUpKernel(const void* __restrict__ in, __half* __restrict__ g, int N, const __half* __restrict__ U, float* X,
+    HcPreUpKernel(const float* __restrict__ part, __half* __restrict__ g, int N, const __half* __restrict__ U, float* X,
                   HcLastResidual last, const __half* __restrict__ nw, int nw_len, const float* __restrict__ rstd,
                   __half* __restrict__ h, int S, int H, int R) {
   constexpr int kRowsPerBlock = kPreThreads / kLanes, kLoads = 64 / kLanes;  // 64 runs (R = 512) a batch
-  extern __shared__ uint4 a_shared[];  // kSplit: a [R]
+  extern __shared__ uint4 a_shared[];  // a [R]
   __shared__ float contrib[kRowsPerBlock];
   const int grp = threadIdx.x / kLanes, l = threadIdx.x % kLanes;
   const int j = blockIdx.x * kRowsPerBlock + grp, c = j / S, s = j % S;
   const bool live = c < H;
   const int ri = s * H + c, runs = R / 8;
   const uint4* row = reinterpret_cast<const uint4*>(U + static_cast<int64_t>(live ? ri : 0) * R);
-  const uint4* a4 = kSplit ? a_shared : static_cast<const uint4*>(in);
   uint4 wv[kLoads];
   const auto load_weights = [&](int c0) {
 #pragma unroll
@@ -350,18 +239,15 @@ __global__ void __launch_bounds__(kPreThreads)
     }
   };
   load_weights(l);
-  if constexpr (kSplit) {
-    const float* part = static_cast<const float*>(in);
-    __half* a = reinterpret_cast<__half*>(a_shared);
-    for (int n = threadIdx.x; n < (blockIdx.x == 0 ? N : R); n += kPreThreads) {
-      float sum = 0;
-      for (int t = 0; t < S; ++t) sum += part[t * N + n];
-      const float v = __half2float(__float2half(sum)) / static_cast<float>(S);  // di in FP16, as composed
-      if (n < R) {
-        a[n] = __float2half(Silu(v));
-      } else {
-        g[n - R] = __float2half(2.0f * Sigmoid(v));
-      }
+  __half* a = reinterpret_cast<__half*>(a_shared);
+  for (int n = threadIdx.x; n < (blockIdx.x == 0 ? N : R); n += kPreThreads) {
+    float sum = 0;
+    for (int t = 0; t < S; ++t) sum += part[t * N + n];
+    const float v = __half2float(__float2half(sum)) / static_cast<float>(S);  // di in FP16, as composed
+    if (n < R) {
+      a[n] = __float2half(Silu(v));
+    } else {
+      g[n - R] = __float2half(2.0f * Sigmoid(v));
     }
   }
   // This row's xn, exactly as the down kernel rounded it (its loads go out with the weights').
@@ -375,7 +261,7 @@ __global__ void __launch_bounds__(kPreThreads)
     __syncwarp();  // every lane of the group has read X[ri] before its first lane stores it
     if (live && l == 0) X[ri] = xv;
   }
-  if constexpr (kSplit) __syncthreads();  // a is whole
+  __syncthreads();  // a is whole
 
   float acc = 0;
   for (int c0 = l; c0 - l < runs; c0 += kLoads * kLanes) {
@@ -384,7 +270,7 @@ __global__ void __launch_bounds__(kPreThreads)
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
       const int cc = c0 + u * kLanes;
-      av[u] = cc < runs ? (kSplit ? a4[cc] : __ldg(a4 + cc)) : make_uint4(0, 0, 0, 0);
+      av[u] = cc < runs ? a_shared[cc] : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) acc += Dot8(wv[u], av[u]);
@@ -406,23 +292,16 @@ __global__ void __launch_bounds__(kPreThreads)
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The down kernel of kRows rows a block with lane_runs runs a thread (split: of a stream's runs).
+// The down kernel of kRows rows a block with lane_runs runs of its stream a thread.
 template <int kRows>
-void LaunchDown(bool split, int lane_runs, const float* X, HcLastResidual last, const __half* norm, int nw_len,
-                const __half* W, __half* a, __half* g, float* rstd, int N, int R, int S, int H, float eps,
-                cudaStream_t stream) {
-  const unsigned blocks = static_cast<unsigned>(CeilDiv(N, kRows));
-  float* part = reinterpret_cast<float*>(a);
+void LaunchDown(int lane_runs, const float* X, HcLastResidual last, const __half* norm, int nw_len, const __half* W,
+                float* part, float* rstd, int N, int S, int H, float eps, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(CeilDiv(N, kRows)), static_cast<unsigned>(S));
   switch (lane_runs) {
 #define Q38_HC_DOWN(L)                                                                                         \
   case L:                                                                                                      \
-    if (split) {                                                                                               \
-      HcPreDownSplitKernel<kRows, L><<<dim3(blocks, static_cast<unsigned>(S)), kPreThreads, 0, stream>>>(      \
-          X, last, norm, nw_len, W, part, rstd, N, S, H, eps);                                                 \
-    } else {                                                                                                   \
-      HcPreDownKernel<kRows, L><<<blocks, kPreThreads, 0, stream>>>(X, last, norm, nw_len, W, a, g, rstd, N, R, S, \
-                                                                    H, eps);                                   \
-    }                                                                                                          \
+    HcPreDownKernel<kRows, L><<<grid, kPreThreads, 0, stream>>>(X, last, norm, nw_len, W, part, rstd, N, S, H, \
+                                                                eps);                                          \
     break;
     Q38_HC_DOWN(1)
     Q38_HC_DOWN(2)
@@ -436,16 +315,11 @@ void LaunchDown(bool split, int lane_runs, const float* X, HcLastResidual last, 
 }
 
 template <int kLanes>
-void LaunchUp(bool split, const __half* a, __half* g, int N, const __half* up, float* X, HcLastResidual last,
+void LaunchUp(const float* part, __half* g, int N, const __half* up, float* X, HcLastResidual last,
               const __half* norm, int nw_len, const float* rstd, __half* h, int S, int H, int R, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>(CeilDiv(S * H, kPreThreads / kLanes));
-  if (split) {
-    HcPreUpKernel<kLanes, true><<<blocks, kPreThreads, R * sizeof(__half), stream>>>(a, g, N, up, X, last, norm,
-                                                                                      nw_len, rstd, h, S, H, R);
-  } else {
-    HcPreUpKernel<kLanes, false><<<blocks, kPreThreads, 0, stream>>>(a, g, N, up, X, last, norm, nw_len, rstd, h, S,
-                                                                     H, R);
-  }
+  HcPreUpKernel<kLanes><<<blocks, kPreThreads, R * sizeof(__half), stream>>>(part, g, N, up, X, last, norm, nw_len,
+                                                                             rstd, h, S, H, R);
 }
 
 }  // namespace
@@ -453,78 +327,70 @@ void LaunchUp(bool split, const __half* a, __half* g, int N, const __half* up, f
 HcPreConfig HcPreChoose(int64_t S, int64_t H, int64_t R) {
   (void)S, (void)H;
   HcPreConfig c;
-  // Measured on one H100 (hc_bench, run D3, 2026-12-06, a graph of 97 pre steps): split by
-  // streams, the pair takes 10.88 µs at R = 320 (324 rows of K = 10,240; 4 rows a block, 324
-  // blocks) against 11.37 unsplit (81 blocks): the down kernel 5.97 → 4.77, the up kernel, which
-  // now makes a from the parts, 5.33 → 6.13. At R = 16 (20 rows) split with 2 rows a block takes
-  // 4.52 against 4.92. 16 lanes a row of up were best or within 0.1 µs everywhere.
+  // Measured on one H100 (hc_bench, run D3, 2026-12-06, a graph of 97 pre steps): at R = 320 (324
+  // rows of K = 10,240) 4 rows a block take the pair 10.88 µs against 11.59 at 2 rows and 12.54
+  // at 1; at R = 16 (20 rows) 2 rows a block are best (4.52 against 4.62 at 4). 16 lanes a row of
+  // up were best or within 0.1 µs of 8 everywhere.
   c.down_rows = R >= 256 ? 4 : 2;
   c.up_lanes = 16;
-  c.split_streams = true;
   return c;
 }
 
 bool HcPreFusedFits(int64_t S, int64_t H, int64_t R, int64_t norm_len, const void* X, const void* norm,
                     const void* down_inject, const void* up) {
-  // R ≤ 24,576: the split up kernel keeps a [R] in shared memory.
+  // A thread of the down kernel takes at most kMaxLaneRuns runs of its stream; the up kernel keeps
+  // a [R] in shared memory.
   return S >= 1 && S <= kMaxStreams && kPreThreads / 16 % S == 0 && H >= 8 && H % 8 == 0 && R >= 8 && R % 8 == 0 &&
-         R * static_cast<int64_t>(sizeof(__half)) <= 48 * 1024 &&
-         (norm_len == H || norm_len == S * H) && S * H / 8 <= kMaxLaneRuns * kPreThreads &&
-         Aligned16(X) && Aligned16(norm) && Aligned16(down_inject) && Aligned16(up);
+         R * static_cast<int64_t>(sizeof(__half)) <= 48 * 1024 && (norm_len == H || norm_len == S * H) &&
+         H / 8 <= kMaxLaneRuns * kPreThreads && Aligned16(X) && Aligned16(norm) && Aligned16(down_inject) &&
+         Aligned16(up);
 }
 
-int64_t HcPreScratchHalves(int64_t S, int64_t R, bool inject) {
-  const int64_t N = R + (inject ? S : 0);
-  return std::max(N, 2 * S * N);  // a in FP16, or the split kernel's S parts of each row in FP32
-}
+int64_t HcPreScratchFloats(int64_t S, int64_t R, bool inject) { return S * (R + (inject ? S : 0)); }
 
 void HcPreFusedDown(const HcPreConfig& config, const float* X, const __half* norm, int64_t norm_len,
-                    const __half* down_inject, __half* a, __half* g, float* rstd, int64_t S, int64_t H, int64_t R,
-                    bool inject, float eps, cudaStream_t stream, HcLastResidual last) {
+                    const __half* down_inject, float* parts, float* rstd, int64_t S, int64_t H, int64_t R, bool inject,
+                    float eps, cudaStream_t stream, HcLastResidual last) {
   const int N = static_cast<int>(R + (inject ? S : 0));
-  const bool split = config.split_streams;
-  const int lane_runs = static_cast<int>(CeilDiv((split ? H : S * H) / 8, kPreThreads));
-  const int s = static_cast<int>(S), hh = static_cast<int>(H), r = static_cast<int>(R), nl = static_cast<int>(norm_len);
+  const int lane_runs = static_cast<int>(CeilDiv(H / 8, kPreThreads));
+  const int s = static_cast<int>(S), hh = static_cast<int>(H), nl = static_cast<int>(norm_len);
   switch (config.down_rows) {
-    case 1: LaunchDown<1>(split, lane_runs, X, last, norm, nl, down_inject, a, g, rstd, N, r, s, hh, eps, stream); break;
-    case 2: LaunchDown<2>(split, lane_runs, X, last, norm, nl, down_inject, a, g, rstd, N, r, s, hh, eps, stream); break;
-    case 4: LaunchDown<4>(split, lane_runs, X, last, norm, nl, down_inject, a, g, rstd, N, r, s, hh, eps, stream); break;
+    case 1: LaunchDown<1>(lane_runs, X, last, norm, nl, down_inject, parts, rstd, N, s, hh, eps, stream); break;
+    case 2: LaunchDown<2>(lane_runs, X, last, norm, nl, down_inject, parts, rstd, N, s, hh, eps, stream); break;
+    case 4: LaunchDown<4>(lane_runs, X, last, norm, nl, down_inject, parts, rstd, N, s, hh, eps, stream); break;
     default: LOG(FATAL) << "HcPreFused: " << config.down_rows << " down rows a block";
   }
   Q38_CUDA_LAUNCHED();
 }
 
 void HcPreFusedUp(const HcPreConfig& config, float* X, const __half* norm, int64_t norm_len, const __half* up,
-                  const __half* a, __half* g, const float* rstd, __half* h, int64_t S, int64_t H, int64_t R,
+                  const float* parts, __half* g, const float* rstd, __half* h, int64_t S, int64_t H, int64_t R,
                   bool inject, cudaStream_t stream, HcLastResidual last) {
   const int N = static_cast<int>(R + (inject ? S : 0));
-  const bool split = config.split_streams;
   const int s = static_cast<int>(S), hh = static_cast<int>(H), r = static_cast<int>(R), nl = static_cast<int>(norm_len);
   switch (config.up_lanes) {
-    case 8: LaunchUp<8>(split, a, g, N, up, X, last, norm, nl, rstd, h, s, hh, r, stream); break;
-    case 16: LaunchUp<16>(split, a, g, N, up, X, last, norm, nl, rstd, h, s, hh, r, stream); break;
+    case 8: LaunchUp<8>(parts, g, N, up, X, last, norm, nl, rstd, h, s, hh, r, stream); break;
+    case 16: LaunchUp<16>(parts, g, N, up, X, last, norm, nl, rstd, h, s, hh, r, stream); break;
     default: LOG(FATAL) << "HcPreFused: " << config.up_lanes << " up lanes a row";
   }
   Q38_CUDA_LAUNCHED();
 }
 
 void HcPreFused(const HcPreConfig& config, float* X, const __half* norm, int64_t norm_len, const __half* down_inject,
-                const __half* up, __half* h, __half* g, __half* di, float* rstd, int64_t S, int64_t H, int64_t R,
+                const __half* up, __half* h, __half* g, float* parts, float* rstd, int64_t S, int64_t H, int64_t R,
                 bool inject, float eps, cudaStream_t stream, HcLastResidual last) {
   CHECK(HcPreFusedFits(S, H, R, norm_len, X, norm, down_inject, up)) << "HcPreFused: S " << S << " H " << H << " R " << R;
   CHECK(!inject || g != nullptr);
-  CHECK(Aligned16(di)) << "HcPreFused: the scratch for a is read 16 bytes at a time";
-  CHECK(!config.split_streams || R * sizeof(__half) <= 48 * 1024) << "HcPreFused: a [R] must fit shared memory";
   CHECK(last.g == nullptr || (last.y != nullptr && Aligned16(last.y) && last.g != g))
       << "HcPreFused: the last residual needs y 16-byte aligned and gates other than the new ones";
-  HcPreFusedDown(config, X, norm, norm_len, down_inject, di, g, rstd, S, H, R, inject, eps, stream, last);
-  HcPreFusedUp(config, X, norm, norm_len, up, di, g, rstd, h, S, H, R, inject, stream, last);
+  HcPreFusedDown(config, X, norm, norm_len, down_inject, parts, rstd, S, H, R, inject, eps, stream, last);
+  HcPreFusedUp(config, X, norm, norm_len, up, parts, g, rstd, h, S, H, R, inject, stream, last);
 }
 
 void HcPreFused(float* X, const __half* norm, int64_t norm_len, const __half* down_inject, const __half* up, __half* h,
-                __half* g, __half* di, float* rstd, int64_t S, int64_t H, int64_t R, bool inject, float eps,
+                __half* g, float* parts, float* rstd, int64_t S, int64_t H, int64_t R, bool inject, float eps,
                 cudaStream_t stream, HcLastResidual last) {
-  HcPreFused(HcPreChoose(S, H, R), X, norm, norm_len, down_inject, up, h, g, di, rstd, S, H, R, inject, eps, stream,
+  HcPreFused(HcPreChoose(S, H, R), X, norm, norm_len, down_inject, up, h, g, parts, rstd, S, H, R, inject, eps, stream,
              last);
 }
 

@@ -25,55 +25,51 @@ void HcResidualNorm(float* X, const __half* g, const __half* y, const __half* no
 
 // The pre step of one module for one token (Backend::HcPre at T = 1) in two kernels instead of
 // five (norm, down/inject GEMV, gates, up GEMV, combine):
-//  1. the norm and the gates around the down/inject GEMV: a block takes `down_rows` rows of
-//     down_inject, each thread a fixed slice of K for all of them. A thread issues all its weight
-//     loads first, then reads its slice of X and of the norm weights once into registers; the
-//     per-stream sums of squares meet in shared memory, xn = X·rstd·(1 + norm) is rounded to FP16
-//     in registers, dotted with the rows, and the block writes a = silu(di[:R] / S) (FP16, into
-//     the `di` scratch) and g = 2·sigmoid(di[R:] / S); block 0 writes rstd [S] (F32);
-//  2. the up GEMV and the combine: a lane group of `up_lanes` a row of up reads its R weights
-//     against a, the S rows of one column meet in shared memory as sigmoid(m)·xn (xn again from
-//     X and rstd), h = their mean in stream order.
+//  1. the norm around the down/inject GEMV, split by streams: block (`down_rows` rows of
+//     down_inject, stream s) takes the stream's H columns, each thread a fixed slice of them for
+//     all its rows. A thread issues all its weight loads first, then reads its slice of X and of
+//     the norm weights once into registers; the stream's sum of squares meets in shared memory,
+//     xn = X·rstd·(1 + norm) is rounded to FP16 in registers and dotted with the rows, and the
+//     block writes its part of each row's sum to parts [S, N] (F32); block (0, s) writes rstd[s];
+//  2. the gates, the up GEMV and the combine: every block adds each row's S parts in stream order
+//     into di (FP16) and makes a = silu(di[:R] / S) in shared memory, block 0 also g =
+//     2·sigmoid(di[R:] / S); a lane group of `up_lanes` a row of up reads its R weights against a,
+//     the S rows of one column meet in shared memory as sigmoid(m)·xn (xn again from X and rstd),
+//     h = their mean in stream order.
 // Rounds where the composition rounds (xn, di, a, m, h to FP16); sums in a fixed order that
-// depends on the shape and the configuration alone. Needs HcPreFusedFits (K = S·H ≤ 12,288, R ≤ 24,576).
+// depends on the shape and the configuration alone. Needs HcPreFusedFits (H ≤ 12,288, R ≤ 24,576).
 // The last sub-block's residual update X += g·y (g [S], y [H] FP16, y 16-byte aligned), made by
 // the fused pre step on its way (Backend::HcResidualPre): kernel 1 works on X + g·y, kernel 2
 // also stores it into X, the same bits as HcResidual gives. None where g is null; g must not be
-// the step's new gates, which kernel 1 writes while every block reads these.
+// the step's new gates, which kernel 2 writes while every block reads these.
 struct HcLastResidual {
   const __half* g = nullptr;
   const __half* y = nullptr;
 };
-// With split_streams, kernel 1's blocks take (rows, stream): each reads its stream's H values of X
-// and norms them with that stream's sum of squares alone, and leaves its part of each row's dot
-// in scratch; kernel 2's blocks each add a row's S parts in stream order into the gates (block 0
-// writes g). S times the blocks for the down/inject rows, a quarter of X read by each.
 struct HcPreConfig {
   int down_rows = 4;  // rows of down_inject a block of the first kernel: 1, 2 or 4
   int up_lanes = 16;  // lanes a row of up in the second kernel: 8 or 16
-  bool split_streams = false;
 };
 // The configuration HcPreFused uses for a shape.
 HcPreConfig HcPreChoose(int64_t S, int64_t H, int64_t R);
 bool HcPreFusedFits(int64_t S, int64_t H, int64_t R, int64_t norm_len, const void* X, const void* norm,
                     const void* down_inject, const void* up);
-// di: scratch of HcPreScratchHalves halves, 16-byte aligned (it receives a, or the split rows'
-// parts); rstd: S floats. X is written only with a last residual.
-int64_t HcPreScratchHalves(int64_t S, int64_t R, bool inject);
+// parts: scratch of HcPreScratchFloats floats; rstd: S floats. X is written only with a last
+// residual.
+int64_t HcPreScratchFloats(int64_t S, int64_t R, bool inject);
 void HcPreFused(float* X, const __half* norm, int64_t norm_len, const __half* down_inject, const __half* up, __half* h,
-                __half* g, __half* di, float* rstd, int64_t S, int64_t H, int64_t R, bool inject, float eps,
+                __half* g, float* parts, float* rstd, int64_t S, int64_t H, int64_t R, bool inject, float eps,
                 cudaStream_t stream, HcLastResidual last = {});
 // The same with a given configuration (tests and hc_bench), and its two kernels alone (hc_bench
-// times them apart; a [R] and g [S] are kernel 1's outputs, a kernel 2's input; split, kernel 1
-// leaves the parts in a and kernel 2 writes g).
+// times them apart: parts and rstd are kernel 1's outputs, kernel 2's inputs).
 void HcPreFused(const HcPreConfig& config, float* X, const __half* norm, int64_t norm_len, const __half* down_inject,
-                const __half* up, __half* h, __half* g, __half* di, float* rstd, int64_t S, int64_t H, int64_t R,
+                const __half* up, __half* h, __half* g, float* parts, float* rstd, int64_t S, int64_t H, int64_t R,
                 bool inject, float eps, cudaStream_t stream, HcLastResidual last = {});
 void HcPreFusedDown(const HcPreConfig& config, const float* X, const __half* norm, int64_t norm_len,
-                    const __half* down_inject, __half* a, __half* g, float* rstd, int64_t S, int64_t H, int64_t R,
-                    bool inject, float eps, cudaStream_t stream, HcLastResidual last = {});
+                    const __half* down_inject, float* parts, float* rstd, int64_t S, int64_t H, int64_t R, bool inject,
+                    float eps, cudaStream_t stream, HcLastResidual last = {});
 void HcPreFusedUp(const HcPreConfig& config, float* X, const __half* norm, int64_t norm_len, const __half* up,
-                  const __half* a, __half* g, const float* rstd, __half* h, int64_t S, int64_t H, int64_t R,
+                  const float* parts, __half* g, const float* rstd, __half* h, int64_t S, int64_t H, int64_t R,
                   bool inject, cudaStream_t stream, HcLastResidual last = {});
 
 }  // namespace q38::cuda

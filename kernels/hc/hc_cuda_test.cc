@@ -110,18 +110,19 @@ TEST(HcCuda, PreStepFusedAndComposed) {
 }
 
 // Every configuration of the fused pair (cuda::HcPreConfig: 1, 2 or 4 rows of down_inject a block,
-// 8 or 16 lanes a row of up, the down kernel split by streams or not) against the CPU reference, at the model's widths and at shapes whose
-// K leaves threads of the first kernel without runs (K = 80, 1,024), takes several runs a thread
-// with a partial last one (K = 5,200), or the most the kernel takes (K = 12,288: 6 runs a thread);
-// N not a multiple of the rows a block; norm weights of S·H and of H. Each configuration's result is the same on a second run
-// (a fixed order of sums), and the chosen one is what Backend::HcPre gives.
+// 8 or 16 lanes a row of up) against the CPU reference, at the model's widths and at shapes whose
+// H leaves threads of the first kernel without runs (H = 40, 64, 256, 512), takes several runs a
+// thread with a partial last one (H = 2,600 and 3,072), or the most the kernel takes (H = 12,288:
+// 6 runs a thread); N not a multiple of the rows a block; norm weights of S·H and of H. Each
+// configuration's result is the same on a second run (a fixed order of sums), and the chosen one
+// is what Backend::HcPre gives.
 TEST(HcCuda, PreStepFusedEveryConfiguration) {
   Q38_REQUIRE_GPU();
   BackendPair b;
   const cudaStream_t stream = b.gpu().stream();
   int shape = 0;
   for (auto [S, H, R] : {std::tuple<int64_t, int64_t, int64_t>{4, 2560, 320}, {4, 256, 16}, {2, 40, 8}, {2, 2600, 24},
-                         {4, 3072, 64}, {8, 64, 40}, {1, 512, 32}}) {
+                         {4, 3072, 64}, {8, 64, 40}, {1, 512, 32}, {1, 12288, 32}}) {
     const bool norm_per_row = shape++ % 2 == 0;  // norm weights of S·H, or of H shared by the streams
     for (bool inject : {true, false}) {
       const int64_t W = S * H, rows = R + (inject ? S : 0), norm_len = norm_per_row ? W : H;
@@ -142,16 +143,15 @@ TEST(HcCuda, PreStepFusedEveryConfiguration) {
       auto hb = b.Out({1, H}), gb = b.Out({1, S});
       b.gpu().HcPre(X.gpu.t(), norm.gpu.t(), dw.gpu.t(), uw.gpu.t(), hb.gpu.t(), gb.gpu.t(), S, 1e-6f);
       const std::vector<float> h_backend = b.GpuFloats(hb), g_backend = b.GpuFloats(gb);
-      auto scratch = b.Out({cuda::HcPreScratchHalves(S, R, inject)});
+      auto parts = b.Out({cuda::HcPreScratchFloats(S, R, inject)}, DType::kF32);
       auto rstd = b.Out({S}, DType::kF32);
       const cuda::HcPreConfig chosen = cuda::HcPreChoose(S, H, R);
-      // 1, 2 or 4 rows a down block, 8 or 16 lanes an up row, unsplit then split by streams.
-      for (int config = 0; config < 12; ++config) {
-        const int down_rows = 1 << (config % 3), up_lanes = config / 3 % 2 ? 16 : 8;
-        const bool split = config >= 6;
-        const cuda::HcPreConfig c{down_rows, up_lanes, split};
+      // 1, 2 or 4 rows a down block, 8 or 16 lanes an up row.
+      for (int config = 0; config < 6; ++config) {
+        const int down_rows = 1 << (config % 3), up_lanes = config / 3 ? 16 : 8;
+        const cuda::HcPreConfig c{down_rows, up_lanes};
         const std::string with = at + " down_rows " + std::to_string(down_rows) + " up_lanes " +
-                                 std::to_string(up_lanes) + (split ? " split" : "");
+                                 std::to_string(up_lanes);
         std::vector<float> first_h, first_g;
         for (int run = 0; run < 2; ++run) {
           b.gpu().Fill(h.gpu.t(), NAN);  // the CPU side holds the reference
@@ -160,7 +160,7 @@ TEST(HcCuda, PreStepFusedEveryConfiguration) {
                            norm_len, static_cast<const __half*>(dw.gpu.t().data),
                            static_cast<const __half*>(uw.gpu.t().data), static_cast<__half*>(h.gpu.t().data),
                            inject ? static_cast<__half*>(g.gpu.t().data) : nullptr,
-                           static_cast<__half*>(scratch.gpu.t().data), static_cast<float*>(rstd.gpu.t().data), S, H,
+                           static_cast<float*>(parts.gpu.t().data), static_cast<float*>(rstd.gpu.t().data), S, H,
                            R, inject, 1e-6f, stream);
           ASSERT_EQ(cudaGetLastError(), cudaSuccess) << with;
           const std::vector<float> hg = b.GpuFloats(h), gg = b.GpuFloats(g);
@@ -172,8 +172,7 @@ TEST(HcCuda, PreStepFusedEveryConfiguration) {
               for (float v : gg) EXPECT_TRUE(std::isnan(v)) << "g written without inject, " << with;
             }
             first_h = hg, first_g = gg;
-            if (c.down_rows == chosen.down_rows && c.up_lanes == chosen.up_lanes &&
-                c.split_streams == chosen.split_streams) {
+            if (c.down_rows == chosen.down_rows && c.up_lanes == chosen.up_lanes) {
               for (int64_t i = 0; i < H; ++i) EXPECT_EQ(hg[i], h_backend[i]) << "h as HcPre's, " << with << " at " << i;
               if (inject) {
                 for (int64_t i = 0; i < S; ++i) EXPECT_EQ(gg[i], g_backend[i]) << "g as HcPre's, " << with;
