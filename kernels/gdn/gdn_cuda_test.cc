@@ -47,7 +47,8 @@ TEST_P(GdnCuda, ManyCallsMatchReference) {
 }
 
 // The whole mixer (Backend::GdnMixer: one kernel at T = 1) over calls of one token, then a few, then
-// one again: against the CPU reference, and bit for bit against the GPU's four kernels on their own
+// one again: against the CPU's composition of the four (the conv output rounded to FP16 as the GPU
+// stores it), and bit for bit against the GPU's four kernels on their own
 // copies of the conv history and the state (y, history and state after every call), so the
 // arrival counters are seen to start each call at zero.
 TEST_P(GdnCuda, MixerMatchesItsFourKernels) {
@@ -70,23 +71,32 @@ TEST_P(GdnCuda, MixerMatchesItsFourKernels) {
       auto raw = b.Act(Normal(T * width, seed++), {T, width});
       auto z = b.Act(Normal(T * Dv, seed++), {T, Dv});
       auto bb = b.Act(Normal(T * g.Hv, seed++), {T, g.Hv}), aa = b.Act(Normal(T * g.Hv, seed++), {T, g.Hv});
-      const auto weights = [&](bool gpu) {
-        return Backend::GdnMixerWeights{gpu ? cw.gpu.t() : cw.cpu.t(), gpu ? alog.gpu.t() : alog.cpu.t(),
-                                        gpu ? dtb.gpu.t() : dtb.cpu.t(), gpu ? norm.gpu.t() : norm.cpu.t(),
-                                        g.Hk, g.dk, sigmoid_gate};
-      };
+      const Backend::GdnMixerWeights weights{cw.gpu.t(), alog.gpu.t(), dtb.gpu.t(), norm.gpu.t(),
+                                             g.Hk,       g.dk,         sigmoid_gate};
       auto y = b.Out({T, Dv}), y4 = b.Out({T, Dv});
-      b.cpu().GdnMixer(raw.cpu.t(), z.cpu.t(), bb.cpu.t(), aa.cpu.t(), weights(false), hist.cpu.t(), state.cpu.t(),
-                       y.cpu.t(), 1e-6f);
-      b.gpu().GdnMixer(raw.gpu.t(), z.gpu.t(), bb.gpu.t(), aa.gpu.t(), weights(true), hist.gpu.t(), state.gpu.t(),
+      // The CPU reference: the mixer's composition with the conv output rounded to FP16 where the
+      // GPU stores it, so the state meets ManyCallsMatchReference's bar from the same inputs.
+      {
+        Backend& c = b.cpu();
+        Buffer xc = c.Alloc(DType::kF32, {T, width});
+        c.CausalConv(raw.cpu.t(), cw.cpu.t(), hist.cpu.t(), xc.t(), /*dilation=*/1);
+        std::vector<float> rounded(T * width);
+        c.CopyToHost(xc.t(), rounded.data());
+        rounded = cuda_test::RoundFp16(rounded);
+        c.CopyFromHost(rounded.data(), xc.t());
+        Buffer beta = c.Alloc(DType::kF32, {T, g.Hv}), gate = c.Alloc(DType::kF32, {T, g.Hv});
+        c.GdnGates(bb.cpu.t(), aa.cpu.t(), alog.cpu.t(), dtb.cpu.t(), beta.t(), gate.t());
+        Buffer o = c.Alloc(DType::kF32, {T, Dv});
+        c.GdnDeltaRule(xc.t(), beta.t(), gate.t(), state.cpu.t(), o.t(), g.Hk, g.dk, T > 1);
+        c.GatedRmsNorm(o.t(), z.cpu.t(), norm.cpu.t(), y.cpu.t(), sigmoid_gate, 1e-6f);
+      }
+      b.gpu().GdnMixer(raw.gpu.t(), z.gpu.t(), bb.gpu.t(), aa.gpu.t(), weights, hist.gpu.t(), state.gpu.t(),
                        y.gpu.t(), 1e-6f);
-      b.gpu().Backend::GdnMixer(raw.gpu.t(), z.gpu.t(), bb.gpu.t(), aa.gpu.t(), weights(true), hist4.gpu.t(),
+      b.gpu().Backend::GdnMixer(raw.gpu.t(), z.gpu.t(), bb.gpu.t(), aa.gpu.t(), weights, hist4.gpu.t(),
                                 state4.gpu.t(), y4.gpu.t(), 1e-6f);
       const std::string at = "T " + std::to_string(T) + (sigmoid_gate ? " sigmoid gate" : " silu gate");
       EXPECT_TRUE(b.Matches(y, 4)) << "y against the CPU, " << at;
-      // One FP16 noise, not ManyCallsMatchReference's tenth: the conv's FP16 outputs feed the state
-      // here (the four kernels' state lies as far from the CPU's: 1.04e-7 at dv 48 on an H100).
-      EXPECT_TRUE(b.Matches(state, 1)) << "state against the CPU, " << at;
+      EXPECT_TRUE(b.Matches(state, 0.1)) << "state against the CPU, " << at;
       EXPECT_EQ(b.GpuFloats(y), b.GpuFloats(y4)) << "y against the four kernels, " << at;
       EXPECT_EQ(b.GpuFloats(hist), b.GpuFloats(hist4)) << "conv history against the four kernels, " << at;
       EXPECT_EQ(b.GpuFloats(state), b.GpuFloats(state4)) << "state against the four kernels, " << at;
