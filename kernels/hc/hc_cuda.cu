@@ -70,16 +70,20 @@ __global__ void HcResidualKernel(float* X, const __half* __restrict__ g, const _
   }
 }
 
+// Eight values of X + g·y, y as eight halves.
+__device__ __forceinline__ void AddResidual8(float* v, float g, const uint4& y8) {
+  const __half* yh = reinterpret_cast<const __half*>(&y8);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = ResidualOf(v[j], g, __half2float(yh[j]));
+}
+
 // X + g·y on its way into the norm (RmsNormGroup's update): eight values of one stream row.
 struct ResidualRow {
   float* X;
   const __half* y;
   float g;
   __device__ __forceinline__ void operator()(int64_t i, float* v) const {
-    float yv[8];
-    LoadF<8>(y + i, yv);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = ResidualOf(v[j], g, yv[j]);
+    AddResidual8(v, g, *reinterpret_cast<const uint4*>(y + i));
     reinterpret_cast<float4*>(X + i)[0] = make_float4(v[0], v[1], v[2], v[3]);
     reinterpret_cast<float4*>(X + i)[1] = make_float4(v[4], v[5], v[6], v[7]);
   }
@@ -131,8 +135,8 @@ __device__ __forceinline__ float Dot8(const uint4& w, const uint4& x) {
 template <int kRows, int kL>
 __global__ void __launch_bounds__(kPreThreads)
     HcPreDownKernel(const float* __restrict__ X, HcLastResidual last, const __half* __restrict__ nw, int nw_len,
-                         const __half* __restrict__ W, float* __restrict__ part, float* __restrict__ rstd_out, int N,
-                         int S, int H, float eps) {
+                    const __half* __restrict__ W, float* __restrict__ part, float* __restrict__ rstd_out, int N, int S,
+                    int H, float eps) {
   __shared__ float warp_sq[kPreWarps];
   __shared__ float partial[kRows][kPreWarps];
   const int K = S * H, hruns = H / 8, s = blockIdx.y;
@@ -160,11 +164,7 @@ __global__ void __launch_bounds__(kPreThreads)
       LoadF<8>(X + static_cast<int64_t>(gc) * 8, x[u]);
       nv[u] = __ldg(reinterpret_cast<const uint4*>(nw + (gc * 8) % nw_len));
       if (last.g != nullptr) {
-        const uint4 yv = __ldg(reinterpret_cast<const uint4*>(last.y + c * 8));
-        const __half* yh = reinterpret_cast<const __half*>(&yv);
-        const float gs = __half2float(last.g[s]);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) x[u][j] = ResidualOf(x[u][j], gs, __half2float(yh[j]));
+        AddResidual8(x[u], __half2float(last.g[s]), __ldg(reinterpret_cast<const uint4*>(last.y + c * 8)));
       }
     } else {
 #pragma unroll
