@@ -8,13 +8,15 @@
 // Prints µs per call, GB/s of expert weights read against the measured stream read (decode) and
 // useful TFLOP/s against the measured WMMA rate (prefill), and a digest of the output bits of one
 // fixed call, so that two builds run on one machine show whether their results are bitwise equal.
-// Then, for one token, the MoE output with the gated shared expert: RoutedExperts followed by
-// AddSigmoidGated, against the shared expert added by the combine kernel (GatedShared), checked
-// bitwise equal (the exit status is 1 if not). Last, the two decode kernels apart (gate/up with
-// SiLU·up, down into FP32 per pair): the shapes RoutedExperts launches (gate/up's lane groups,
-// down's chunked kernel), checked bitwise against it, and the other lane-group shapes (1, 2 or 4
-// rows a lane group, a lane's first runs loaded ahead or not), checked bitwise where they sum in
-// the launched order and within 1e-3 of it where they do not.
+// Then, for one token, the block after the router with the gated shared expert: the six kernels
+// the model ran before (SiLU·up, the shared GEMV, the routed experts adding it) against the two of
+// ExpertsAndSharedDecode (within 2e-3; the exit status is 1 if not), and DownCombineKernel alone
+// in each of its instances (shared-expert warps, register cap), within 1e-3 of the launched one.
+// Last, the two decode kernels apart (gate/up with SiLU·up, down into FP32 per pair): the shapes
+// RoutedExperts launches (gate/up's lane groups, down's chunked kernel), checked bitwise against
+// it, and the other lane-group shapes (1, 2 or 4 rows a lane group, a lane's first runs loaded
+// ahead or not), checked bitwise where they sum in the launched order and within 1e-3 of it where
+// they do not.
 // Usage: moe_bench [--prefill]   (--prefill: the prefill rows only, for a profiler)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -244,7 +246,7 @@ std::string GroupedGemms(Bench& b, const Nvfp4& gate_up, const Nvfp4& down, cons
 int Run(Bench& b, bool prefill_only) {
   const cudaStream_t s = b.stream();
   int failures = 0;
-  std::vector<std::string> shared_rows;
+  std::vector<std::string> shared_rows, combine_rows;
   const double stream_gbs = b.StreamReadGBs(), wmma = b.WmmaTflops();
   std::printf("\nstream read %.0f GB/s, WMMA FP16 %.0f TFLOP/s (measured here)\n", stream_gbs, wmma);
   std::printf("\n## Routed experts, NVFP4, 512 experts, top-10, H = 2560\n\n"
@@ -314,6 +316,30 @@ int Run(Bench& b, bool prefill_only) {
         failures += near ? 0 : 1;
         const double block_bytes = bytes + kHidden * Is * 2.0;
         const Timing tb = b.Graph(iters, before), ta = b.Graph(iters, after);
+        // DownCombineKernel alone in each instance, on the act the launched pair left.
+        after(0, s);
+        const std::vector<float> launched_out = bench::ToHost(out2.p, kHidden);
+        const cuda::moe_decode::SharedDown sd{shared_gu.p, shared_down.p, static_cast<int>(Is), gate.p, 1};
+        const Nvfp4 dn = Nvfp4::Of(down.View(kHidden));
+        const auto& chosen = cuda::moe_decode::ChosenDownCombine(cuda::moe_decode::ChunkLanes(dn.K));
+        for (const auto& v : cuda::moe_decode::kDownCombineVariants) {
+          const bench::Launch one = [&](int i, cudaStream_t st) {
+            const int r = i % routings;
+            cuda::moe_decode::LaunchDownCombine(act.p, idx.p + r * kTopK, w.p + r * kTopK, dn, sd, out2.p, 1, kTopK, st,
+                                                &v);
+          };
+          one(0, s);
+          Q38_CUDA_LAUNCHED();
+          Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+          const double vgap = RelativeGap(bench::ToHost(out2.p, kHidden), launched_out);
+          failures += vgap <= 1e-3 ? 0 : 1;
+          const Timing tv = b.Graph(iters, one);
+          const double down_bytes = kTopK * down.BytesPerExpert() + kHidden * Is * 2.0;
+          combine_rows.push_back(absl::StrFormat("| %d | %d | %d%s | %.2f | %.0f | %.1e%s |", tp,
+                                                 v.shape.shared_warps, v.shape.max_regs,
+                                                 &v == &chosen ? " (launched)" : "", tv.median_us,
+                                                 down_bytes / (tv.median_us * 1e3), vgap, vgap <= 1e-3 ? "" : " TOO FAR"));
+        }
         char line[256];
         std::snprintf(line, sizeof line, "| %d | %.2f | %.2f | %.0f (%.1f%%) | %.1e%s |", tp, tb.median_us, ta.median_us,
                       block_bytes / (ta.median_us * 1e3), 100 * block_bytes / (ta.median_us * 1e3) / stream_gbs, gap,
@@ -349,6 +375,11 @@ int Run(Bench& b, bool prefill_only) {
               "| TP | six kernels (SiLU·up, shared GEMV, routed with the shared add) | two decode kernels | GB/s | gap |\n"
               "|---|---|---|---|---|\n");
   for (const std::string& r : shared_rows) std::printf("%s\n", r.c_str());
+  std::printf("\n## DownCombineKernel alone, each instance (shared-expert warps, register cap), one token\n\n"
+              "µs per call in a CUDA graph of 40, GB/s of routed and shared down weights; the largest gap from the "
+              "launched instance, relative to the largest output.\n\n"
+              "| TP | shared warps | register cap | µs | GB/s | gap |\n|---|---|---|---|---|---|\n");
+  for (const std::string& r : combine_rows) std::printf("%s\n", r.c_str());
   failures += DecodeKernels(b);
   return failures;
 }

@@ -327,13 +327,25 @@ inline int ChunkLanes(int64_t K) {
   return 0;
 }
 
-// Piece v (8 halves) of chunk j of x, in the rotated shared layout.
-__device__ __forceinline__ int XPiece(int j, int v) { return 4 * j + ((v + (j >> 1)) & 3); }
+// Piece v (4 floats) of chunk j of x in shared memory, x held as FP32 so that a dot converts
+// nothing (a value is converted once a block, not once a row). A 32-column chunk is 8 pieces,
+// rotated by chunk, so that the pieces the lanes of a row read at once (chunks q + lanes·u, the
+// same v) fall in distinct banks.
+__device__ __forceinline__ int XPiece(int j, int v) { return 8 * j + ((v + j) & 7); }
 
-// x [K] (K a multiple of 32) into shared memory, by the whole block.
-__device__ __forceinline__ void StageX(const __half* x, int K, uint4* xs) {
+// Eight values of x, columns c..c+7 (c a multiple of 8), into their two pieces.
+__device__ __forceinline__ void StashX8(float4* xs, int c, const float* v) {
+  const int j = c / kChunkCols, p = c % kChunkCols / 4;
+  xs[XPiece(j, p)] = make_float4(v[0], v[1], v[2], v[3]);
+  xs[XPiece(j, p + 1)] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+// x [K] (FP16, K a multiple of 32) into shared memory as FP32, by the whole block.
+__device__ __forceinline__ void StageX(const __half* x, int K, float4* xs) {
   for (int p = threadIdx.x; p < K / 8; p += blockDim.x) {
-    xs[XPiece(p / 4, p % 4)] = __ldg(reinterpret_cast<const uint4*>(x) + p);
+    float v[8];
+    LoadF<8>(x + 8 * p, v);
+    StashX8(xs, 8 * p, v);
   }
 }
 
@@ -360,7 +372,7 @@ __device__ __forceinline__ RowChunks LoadRowChunks(const Nvfp4Rows& rows, int64_
 }
 
 // The lane's part of its row's dot with x (scaled by 1/kUnscale, as Nvfp4Rows::Dot).
-__device__ __forceinline__ float RowChunksDot(const RowChunks& r, const uint4* xs, int q, int lanes, int chunks) {
+__device__ __forceinline__ float RowChunksDot(const RowChunks& r, const float4* xs, int q, int lanes, int chunks) {
   float acc = 0;
 #pragma unroll
   for (int u = 0; u < kChunks; ++u) {
@@ -369,8 +381,11 @@ __device__ __forceinline__ float RowChunksDot(const RowChunks& r, const uint4* x
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       float xf[16];
-      LoadF<8>(reinterpret_cast<const __half*>(&xs[XPiece(j, 2 * half)]), xf);
-      LoadF<8>(reinterpret_cast<const __half*>(&xs[XPiece(j, 2 * half + 1)]), xf + 8);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float4 v = xs[XPiece(j, 4 * half + i)];
+        xf[4 * i] = v.x, xf[4 * i + 1] = v.y, xf[4 * i + 2] = v.z, xf[4 * i + 3] = v.w;
+      }
       const Nvfp4Rows::Run<16> run{{half ? r.c[u].z : r.c[u].x, half ? r.c[u].w : r.c[u].y},
                                    half ? r.s[u] >> 8 : r.s[u] & 0xFFu};
       acc += Nvfp4Rows::Dot<16>(run, xf);
@@ -383,7 +398,7 @@ __device__ __forceinline__ float RowChunksDot(const RowChunks& r, const uint4* x
 static __global__ void __launch_bounds__(kChunkThreads)
     DownChunkKernel(const __half* __restrict__ act, const int32_t* __restrict__ idx, Nvfp4Rows rows,
                     float* __restrict__ pair_out, int lanes) {
-  extern __shared__ uint4 xs[];
+  extern __shared__ float4 xs[];
   const int64_t pair = blockIdx.x, e = idx[pair];
   const int lane = threadIdx.x % kWarp, slots = kWarp / lanes, q = lane % lanes;
   const int64_t n = (static_cast<int64_t>(blockIdx.y) * (kChunkThreads / kWarp) + threadIdx.x / kWarp) * slots + lane / lanes;
@@ -406,20 +421,23 @@ inline void LaunchDownChunks(const __half* act, const int32_t* idx, const Nvfp4R
                              int64_t pairs, cudaStream_t stream) {
   const int lanes = ChunkLanes(down.K);
   const int64_t rows_a_block = kChunkThreads / kWarp * (kWarp / lanes);
-  DownChunkKernel<<<dim3(pairs, CeilDiv(down.N, rows_a_block)), kChunkThreads, down.K * sizeof(__half), stream>>>(
+  DownChunkKernel<<<dim3(pairs, CeilDiv(down.N, rows_a_block)), kChunkThreads, down.K * sizeof(float), stream>>>(
       act, idx, down, pair_out, lanes);
 }
 
 // The down kernel that also ends the MoE block at decode (Backend::ExpertsAndShared): block
 // (a run of rows_b = 32 / lanes output rows, token t) takes those rows of each of the token's k
 // pairs, a warp a pair, as DownChunkKernel takes them, and the same rows of the shared expert's
-// dense FP16 down weight [H, Is] on kSharedWarps more warps, whose input silu(gate)·up it makes
-// from the shared gate/up output while it stages the pairs' inputs. Then thread r of the block
-// sums out[t, n] = Σ_j w[t, j] · pair_j[n] in j order, rounds it to FP16 and adds
+// dense FP16 down weight [H, Is] on kShared more warps, whose input silu(gate)·up it makes from
+// the shared gate/up output while it stages the pairs' inputs. Then thread r of the block sums
+// out[t, n] = Σ_j w[t, j] · pair_j[n] in j order, rounds it to FP16 and adds
 // sigmoid(gate_logit) · shared[n] (shared rounded to FP16 first), as CombineKernel rounds. The
 // per-pair outputs never leave the block, and the shared expert's SiLU·up, its GEMV and the sum
 // cost no launch of their own.
-constexpr int kSharedWarps = 4, kDownCombineMaxPairs = 16;
+// A routed warp's chunks and a shared lane's pieces share registers. kMaxRegs caps a thread's
+// registers so that several blocks fit an SM: uncapped, 91 registers and 448 threads a block
+// allowed one block an SM, and the full-size 320 blocks ran in three waves.
+constexpr int kDownCombineMaxPairs = 16;
 
 struct SharedDown {
   const __half* gu;  // [T, 2·Is]: gate, then up
@@ -429,59 +447,71 @@ struct SharedDown {
   int64_t gate_stride;
 };
 
-// Dynamic shared memory of a block: the k pairs' inputs and the shared one, then the sums.
+// Warps given to the shared expert and the register cap of a DownCombineKernel instance.
+struct DownCombineShape {
+  int shared_warps, max_regs;
+};
+
+// Dynamic shared memory of a block: the k pairs' inputs and the shared one (FP32), then the sums.
 inline size_t DownCombineSharedBytes(int64_t k, int64_t I, int64_t Is, int rows_b) {
-  return static_cast<size_t>(k * I + Is) * sizeof(__half) + static_cast<size_t>((k + 1) * rows_b) * sizeof(float);
+  return static_cast<size_t>(k * I + Is + (k + 1) * rows_b) * sizeof(float);
 }
 
-static __global__ void __launch_bounds__(kWarp * (kDownCombineMaxPairs + kSharedWarps))
+template <int kShared, int kMaxRegs>
+__global__ void __maxnreg__(kMaxRegs)
     DownCombineKernel(const __half* __restrict__ act, const int32_t* __restrict__ idx, const __half* __restrict__ wts,
                       Nvfp4Rows rows, SharedDown shared, __half* __restrict__ out, int k, int lanes) {
-  extern __shared__ uint4 smem[];
+  extern __shared__ float4 smem[];
   const int I = static_cast<int>(rows.K), H = static_cast<int>(rows.N), Is = shared.Is;
-  const int rows_b = kWarp / lanes, G = kSharedWarps * kWarp / rows_b;  // G: lanes a shared row
-  uint4* xs = smem;                   // k × I/8 pieces, each pair's rotated as StageX rotates them
-  uint4* sx = xs + k * (I / 8);       // Is/8 pieces: the shared expert's silu(gate)·up
-  float* part = reinterpret_cast<float*>(sx + Is / 8);  // [k][rows_b]
+  const int rows_b = kWarp / lanes, G = kShared * kWarp / rows_b;  // G: lanes a shared row
+  const int xp = I / 4;                // pieces of a pair's input
+  float4* xs = smem;                   // k × xp pieces, each pair's rotated as XPiece rotates them
+  float4* sx = xs + k * xp;            // Is/4 pieces: the shared expert's silu(gate)·up, in order
+  float* part = reinterpret_cast<float*>(sx + Is / 4);  // [k][rows_b]
   float* sh = part + k * rows_b;                        // [rows_b]
   const int64_t t = blockIdx.y;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, n0 = blockIdx.x * rows_b;
 
-  // The weight loads go out first: a routed warp's chunks, or a shared lane's first pieces.
+  // The weight loads go out first: a routed warp's chunks, or a shared lane's first runs of 8.
   const bool routed = warp < k;
   const int64_t pair = t * k + (routed ? warp : 0);
   const int64_t e = idx[pair];
   const int rn = n0 + lane / lanes;
-  RowChunks r{};
   const int sflat = routed ? 0 : (warp - k) * kWarp + lane, srow = sflat / G, sq = sflat % G;
   const int sn = routed ? H : n0 + srow;  // routed warps load no shared row
-  const int pieces = Is / 8;
+  const int runs = Is / 8;
   const uint4* swrow = reinterpret_cast<const uint4*>(shared.w + static_cast<int64_t>(sn < H ? sn : 0) * Is);
-  uint4 sw[kChunks];
+  RowChunks r;  // a shared lane keeps its runs in r.c
+  const auto load_shared = [&](int base) {
+#pragma unroll
+    for (int u = 0; u < kChunks; ++u) {
+      const int p = base + sq + G * u;
+      r.c[u] = sn < H && p < runs ? gemv::LoadStreamed(swrow + p) : make_uint4(0, 0, 0, 0);
+    }
+  };
   if (routed) {
     r = LoadRowChunks(rows, rn < H ? e * H + rn : -1, lane % lanes, lanes);
   } else {
-#pragma unroll
-    for (int u = 0; u < kChunks; ++u) {
-      const int p = sq + G * u;
-      sw[u] = sn < H && p < pieces ? gemv::LoadStreamed(swrow + p) : make_uint4(0, 0, 0, 0);
-    }
+    load_shared(0);
   }
 
-  // Stage the inputs: the pairs' act rows as they are, the shared one as SiluMulKernel makes it.
-  const int xp = I / 8;
-  for (int p = threadIdx.x; p < k * xp; p += blockDim.x) {
-    const int j = p / xp, q = p % xp;
-    xs[j * xp + XPiece(q / 4, q % 4)] = __ldg(reinterpret_cast<const uint4*>(act + (t * k + j) * I) + q);
+  // Stage the inputs: the pairs' act rows, the shared one as SiluMulKernel makes it (rounded to
+  // FP16), both as FP32.
+  for (int p = threadIdx.x; p < k * (I / 8); p += blockDim.x) {
+    const int j = p / (I / 8), c = p % (I / 8) * 8;
+    float v[8];
+    LoadF<8>(act + (t * k + j) * I + c, v);
+    StashX8(xs + j * xp, c, v);
   }
   const __half* gu = shared.gu + t * 2 * Is;
-  for (int p = threadIdx.x; p < pieces; p += blockDim.x) {
+  for (int p = threadIdx.x; p < runs; p += blockDim.x) {
     float g[8], u[8], y[8];
     LoadF<8>(gu + 8 * p, g);
     LoadF<8>(gu + Is + 8 * p, u);
 #pragma unroll
     for (int i = 0; i < 8; ++i) y[i] = __half2float(__float2half(Silu(g[i]) * u[i]));
-    StoreHalves<8>(reinterpret_cast<__half*>(sx + p), y);
+    sx[2 * p] = make_float4(y[0], y[1], y[2], y[3]);
+    sx[2 * p + 1] = make_float4(y[4], y[5], y[6], y[7]);
   }
   __syncthreads();
 
@@ -490,23 +520,20 @@ static __global__ void __launch_bounds__(kWarp * (kDownCombineMaxPairs + kShared
     for (int o = lanes / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
     if (lane % lanes == 0) part[warp * rows_b + lane / lanes] = rn < H ? dot * Nvfp4Rows::kUnscale * rows.Global(e, rn) : 0.0f;
   } else {
+    const float* sxf = reinterpret_cast<const float*>(sx);
     float acc = 0;
     for (int base = 0;; base += G * kChunks) {
 #pragma unroll
       for (int u = 0; u < kChunks; ++u) {
         const int p = base + sq + G * u;
-        if (p < pieces) {
+        if (p < runs) {
           float xf[8];
-          LoadF<8>(reinterpret_cast<const __half*>(sx + p), xf);
-          acc += DenseRows::Dot<8>(DenseRows::Run<8>{{sw[u]}}, xf);
+          LoadF<8>(sxf + 8 * p, xf);
+          acc += DenseRows::Dot<8>(DenseRows::Run<8>{{r.c[u]}}, xf);
         }
       }
-      if (base + G * kChunks >= pieces) break;
-#pragma unroll
-      for (int u = 0; u < kChunks; ++u) {  // rows longer than one batch: the next one's loads
-        const int p = base + G * kChunks + sq + G * u;
-        sw[u] = sn < H && p < pieces ? gemv::LoadStreamed(swrow + p) : make_uint4(0, 0, 0, 0);
-      }
+      if (base + G * kChunks >= runs) break;
+      load_shared(base + G * kChunks);  // rows longer than one batch: the next one's loads
     }
     for (int o = G / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (sq == 0) sh[srow] = acc;
@@ -524,8 +551,8 @@ static __global__ void __launch_bounds__(kWarp * (kDownCombineMaxPairs + kShared
 }
 
 // Whether DownCombineKernel takes the shapes: the chunked kernel's rows with 1 to 8 lanes a row
-// (so that a shared row has at most a warp's lanes), up to kDownCombineMaxPairs pairs a token,
-// the inputs within 48 KB of shared memory, 16-byte rows of the shared expert.
+// (so that a shared row has at most a warp's lanes at 4 shared warps), up to kDownCombineMaxPairs
+// pairs a token, the inputs within 48 KB of shared memory, 16-byte rows of the shared expert.
 inline bool DownCombineFits(const Nvfp4Rows& down, int64_t k, const SharedDown& s) {
   const int lanes = ChunkLanes(down.K);
   return ChunksFit(down) && lanes <= 8 && k >= 1 && k <= kDownCombineMaxPairs && s.Is >= 8 && s.Is % 8 == 0 &&
@@ -533,12 +560,32 @@ inline bool DownCombineFits(const Nvfp4Rows& down, int64_t k, const SharedDown& 
          reinterpret_cast<uintptr_t>(s.gu) % 16 == 0 && reinterpret_cast<uintptr_t>(s.w) % 16 == 0;
 }
 
+// The instances moe_bench compares; the first is the one ExpertsAndShared launches.
+using DownCombineFn = void (*)(const __half*, const int32_t*, const __half*, Nvfp4Rows, SharedDown, __half*, int, int);
+struct DownCombineVariant {
+  DownCombineShape shape;
+  DownCombineFn kernel;
+};
+inline constexpr DownCombineVariant kDownCombineVariants[] = {
+    {{2, 56}, DownCombineKernel<2, 56>},
+    {{4, 72}, DownCombineKernel<4, 72>},
+    {{2, 80}, DownCombineKernel<2, 80>},
+};
+
+// The instance moe_bench timed fastest (H100, run E2): two shared warps under 56 registers where a
+// row takes 4 lanes or more (TP1: 12.8 µs against 14.1 at four warps), four warps under 72 where
+// fewer (TP2: 8.5 against 9.6; TP4: all three within 0.25 µs).
+inline const DownCombineVariant& ChosenDownCombine(int lanes) { return kDownCombineVariants[lanes >= 4 ? 0 : 1]; }
+
+// v: an instance to time in the bench; by default the chosen one.
 inline void LaunchDownCombine(const __half* act, const int32_t* idx, const __half* w, const Nvfp4Rows& down,
-                              const SharedDown& shared, __half* out, int64_t T, int64_t k, cudaStream_t stream) {
+                              const SharedDown& shared, __half* out, int64_t T, int64_t k, cudaStream_t stream,
+                              const DownCombineVariant* v = nullptr) {
   const int lanes = ChunkLanes(down.K), rows_b = kWarp / lanes;
-  DownCombineKernel<<<dim3(CeilDiv(down.N, rows_b), T), kWarp * (k + kSharedWarps),
-                      DownCombineSharedBytes(k, down.K, shared.Is, rows_b), stream>>>(
-      act, idx, w, down, shared, out, static_cast<int>(k), lanes);
+  if (v == nullptr) v = &ChosenDownCombine(lanes);
+  v->kernel<<<dim3(CeilDiv(down.N, rows_b), T), kWarp * (k + v->shape.shared_warps),
+              DownCombineSharedBytes(k, down.K, shared.Is, rows_b), stream>>>(act, idx, w, down, shared, out,
+                                                                              static_cast<int>(k), lanes);
 }
 
 }  // namespace q38::cuda::moe_decode
