@@ -16,7 +16,7 @@
 // RoutedExperts launches (gate/up's lane groups, down's chunked kernel), checked bitwise against
 // it, and the other lane-group shapes (1, 2 or 4 rows a lane group, a lane's first runs loaded
 // ahead or not), checked bitwise where they sum in the launched order and within 1e-3 of it where
-// they do not.
+// they do not. Then RouterTopK at one token and at 8,192, against a top-k taken on the host.
 // Usage: moe_bench [--prefill]   (--prefill: the prefill rows only, for a profiler)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -176,6 +176,58 @@ int LaneGroupRow(const DecodeSetup& d, bool launched = false) {
                              cuda::moe_decode::LaunchDown<Nvfp4, kRows, kAhead>(d.act, ix, d.down, d.pair_out, kTopK, st);
                            }
                          });
+}
+
+// RouterTopK at one token (rotating over kRoutings rows of logits) and at 8,192 tokens: µs in a
+// graph, and its experts and weights against a top-k taken here from the same FP16 logits (the
+// larger logit first, ties to the lower id; weights within 2e-3 of the renormalized softmax).
+// Returns the number of tokens that disagree.
+int Router(Bench& b) {
+  const cudaStream_t s = b.stream();
+  constexpr int64_t kTokens = 8192;
+  DeviceArray<__half> logits(kTokens * kExperts), w(kTokens * kTopK);
+  DeviceArray<int32_t> idx(kTokens * kTopK);
+  bench::FillHalfKernel<<<1024, 256, 0, s>>>(logits.p, kTokens * kExperts, 31, 4.0f);
+  Q38_CUDA_LAUNCHED();
+  cuda::RouterTopK(logits.p, idx.p, w.p, kTokens, kExperts, kTopK, s);
+  Q38_CUDA_LAUNCHED();
+  Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+  const std::vector<float> lg = bench::ToHost(logits.p, kTokens * kExperts), got_w = bench::ToHost(w.p, kTokens * kTopK);
+  std::vector<int32_t> got(kTokens * kTopK);
+  Q38_CUDA_CHECK(cudaMemcpy(got.data(), idx.p, got.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  int wrong = 0;
+  double worst = 0;
+  std::vector<int32_t> order(kExperts);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    const float* l = lg.data() + t * kExperts;
+    for (int32_t e = 0; e < kExperts; ++e) order[e] = e;
+    std::partial_sort(order.begin(), order.begin() + kTopK, order.end(),
+                      [&](int32_t a, int32_t c) { return l[a] > l[c] || (l[a] == l[c] && a < c); });
+    double top = 0;
+    for (int64_t j = 0; j < kTopK; ++j) top += std::exp(static_cast<double>(l[order[j]]) - l[order[0]]);
+    bool ok = true;
+    for (int64_t j = 0; j < kTopK; ++j) {
+      ok = ok && got[t * kTopK + j] == order[j];
+      const double want = std::exp(static_cast<double>(l[order[j]]) - l[order[0]]) / top;
+      worst = std::max(worst, std::fabs(got_w[t * kTopK + j] - want) / want);
+    }
+    wrong += ok ? 0 : 1;
+  }
+  const bool weights_ok = worst <= 2e-3;
+  std::printf("\n## Router top-%lld of %lld\n\nµs per call in a CUDA graph of 40; logits GB/s; experts checked "
+              "against a top-k taken here, weights by their largest relative gap.\n\n"
+              "| tokens | µs | logits GB/s | tokens with other experts | weights' largest gap |\n|---|---|---|---|---|\n",
+              static_cast<long long>(kTopK), static_cast<long long>(kExperts));
+  for (int64_t T : {int64_t{1}, kTokens}) {
+    const Timing t = b.Graph(40, [&](int i, cudaStream_t st) {
+      const int64_t row = T == 1 ? i % kRoutings : 0;
+      cuda::RouterTopK(logits.p + row * kExperts, idx.p, w.p, T, kExperts, kTopK, st);
+    });
+    std::printf("| %lld | %.2f | %.1f | %d of %lld | %.1e%s |\n", static_cast<long long>(T), t.median_us,
+                T * kExperts * 2.0 / (t.median_us * 1e3), wrong, static_cast<long long>(kTokens), worst,
+                weights_ok ? "" : " TOO FAR");
+  }
+  return wrong + (weights_ok ? 0 : 1);
 }
 
 // The decode kernels apart at TP1, 2 and 4: gate/up's lane groups (RoutedExperts runs 1 row, 0
@@ -381,6 +433,7 @@ int Run(Bench& b, bool prefill_only) {
               "| TP | shared warps | register cap | µs | GB/s | gap |\n|---|---|---|---|---|---|\n");
   for (const std::string& r : combine_rows) std::printf("%s\n", r.c_str());
   failures += DecodeKernels(b);
+  failures += Router(b);
   return failures;
 }
 
