@@ -7,7 +7,8 @@
 # runs where the sources build: CTest's Sm70Legality.)
 # Runs from the repository root on binaries packed by scripts/pack-gpu-run.sh (nothing is built
 # here); $OUT (default out/gpu) ends with summary.txt and results.tar.xz, which holds the rest:
-# tests.log, bench.log, comm_bench.log, contract-one-gpu/, linear-bench.log, hc_bench.log, logits_bench.log, moe_bench.log, gdn_bench.log, rope_bench.log, attention_bench.log, nvidia-smi.txt, the evaluation's and the full-size run's
+# tests.log, bench.log, comm_bench.log, contract-one-gpu/, linear-bench.log, hc_bench.log, logits_bench.log, moe_bench.log, gdn_bench.log, rope_bench.log, attention_bench.log,
+# ple_bench.log, conv_bench.log, norm_bench.log, elementwise_bench.log, nvidia-smi.txt, the evaluation's and the full-size run's
 # files, the profiles.
 # Scratch files (checkpoints, one test's log) stay outside $OUT, so that a run cut off before the
 # archive still leaves fewer files there than the device tool brings back.
@@ -93,8 +94,11 @@ sed -n '/^ceilings/,$p' "$out/linear-bench.log" | sed 's/^/    /' | tee -a "$sum
 # (decode and prefill, and the shared expert added in their combine), the GDN layer's four
 # kernels, attention's per-head norm and rotation (seven kernels against three), and decode
 # attention (the grouped split kernel against the query-head one, the merge against the merge
-# before) with the indexer's selection from 8,192 to 262,144 context, at full-size shapes.
-for bench in hc_bench logits_bench moe_bench gdn_bench rope_bench attention_bench; do
+# before) with the indexer's selection from 8,192 to 262,144 context, at full-size shapes; then
+# the kernels no fused op covers, each alone against the stream read: PLE's load and gate, the
+# causal conv (PLE's and GDN's), RmsNorm and the elementwise kernels.
+for bench in hc_bench logits_bench moe_bench gdn_bench rope_bench attention_bench ple_bench conv_bench norm_bench \
+    elementwise_bench; do
   start=$SECONDS
   timeout 120 "$packed/bin/$bench" > "$out/$bench.log" 2>&1
   rc=$?

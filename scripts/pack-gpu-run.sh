@@ -16,7 +16,8 @@ tools=(server/q38-server worker/q38-worker client/q38 tools/run/q38-bench-model 
 for t in cuda_backend linear_cuda norm_cuda rope_cuda conv_cuda gdn_cuda attention_cuda moe_cuda hc_cuda ple_cuda logits_cuda; do
   tools+=("kernels/${t}_test")
 done
-tools+=(kernels/linear_bench kernels/hc_bench kernels/logits_bench kernels/moe_bench kernels/gdn_bench kernels/rope_bench kernels/attention_bench)  # the kernels' lab benches
+tools+=(kernels/linear_bench kernels/hc_bench kernels/logits_bench kernels/moe_bench kernels/gdn_bench kernels/rope_bench kernels/attention_bench
+       kernels/ple_bench kernels/conv_bench kernels/norm_bench kernels/elementwise_bench)  # the kernels' lab benches
 rm -rf "$out" && mkdir -p "$out/bin" "$out/lib"
 for t in "${tools[@]}"; do
   cp "$build/$t" "$out/bin/"

@@ -12,7 +12,8 @@
 //   selected blocks, or every block before position 2,048, and its tail): the launched grouped
 //   kernel (GroupedAttention) against the one it replaced (attention_prefill_v0.cuh),
 //   outputs compared; µs a layer, useful TFLOP/s against the measured WMMA rate, and the key and
-//   value bytes the blocks read (from L2: one layer's cache is 16 MB at TP1).
+//   value bytes the blocks read (from L2: one layer's cache is 16 MB at TP1);
+// - the indexer's pooling of raw keys into block keys, one token and 8,192, against the CPU.
 // The exit status is 1 if a check fails.
 // Usage: attention_bench
 #include <cuda_fp16.h>
@@ -24,6 +25,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "kernels/attention/attention.h"
 #include "kernels/attention/attention_cuda.h"
 #include "kernels/attention/attention_prefill_cuda.h"
 #include "kernels/attention/attention_prefill_v0.cuh"
@@ -264,7 +266,51 @@ int PrefillTable(Bench& b) {
   return failures;
 }
 
-int Run(Bench& b) { return AttentionTable(b) + SelectionTable(b) + PrefillTable(b); }
+// The indexer's pooling of the raw keys into block keys (IndexerPoolBlocks: mean of 4 keys,
+// zero-centred RMSNorm, RoPE on 64 of 128 dims, θ = 10⁷): one decode token that completes a block,
+// and an 8,192-token prefill chunk (2,048 blocks). Every pooled row against cpu::IndexerPoolBlocks
+// on the same FP16 inputs, within 2e-3 of the largest value (the GPU rounds its output to FP16).
+int PoolTable(Bench& b) {
+  const cudaStream_t s = b.stream();
+  constexpr int64_t kIndexDim = 128, kRotary = 64, kT = 8192, kBlocks = kT / kRatio;
+  constexpr double kTheta = 1e7;
+  constexpr float kEps = 1e-6f;
+  DeviceArray<__half> raw(kT * kIndexDim), knorm(kIndexDim), pooled(kBlocks * kIndexDim);
+  DeviceArray<int64_t> positions(kT);
+  FillHalfKernel<<<256, 256, 0, s>>>(raw.p, kT * kIndexDim, 6, 2.0f);
+  FillHalfKernel<<<1, 128, 0, s>>>(knorm.p, kIndexDim, 7, 0.4f);
+  Q38_CUDA_LAUNCHED();
+  std::vector<int64_t> pos(kT);
+  for (int64_t t = 0; t < kT; ++t) pos[t] = t;
+  Q38_CUDA_CHECK(cudaMemcpyAsync(positions.p, pos.data(), kT * sizeof(int64_t), cudaMemcpyHostToDevice, s));
+  cuda::IndexerPoolBlocks(raw.p, knorm.p, pooled.p, positions.p, kT, kIndexDim, kRatio, kEps, kRotary, kTheta, s);
+  Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+  const std::vector<float> hraw = bench::ToHost(raw.p, kT * kIndexDim), hw = bench::ToHost(knorm.p, kIndexDim),
+                           got = bench::ToHost(pooled.p, kBlocks * kIndexDim);
+  std::vector<float> want(kBlocks * kIndexDim);
+  cpu::IndexerPoolBlocks(hraw.data(), hw.data(), want.data(), 0, kBlocks, kIndexDim, kRatio, kEps, kRotary, kTheta);
+  double gap = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    gap = std::max(gap, std::isfinite(got[i]) ? std::fabs(static_cast<double>(got[i]) - want[i]) : INFINITY);
+    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+  }
+  const bool near = gap <= 2e-3 * scale;
+  std::printf("\n## Indexer pooling\n\nµs per call in a CUDA graph (40 calls at one token, 5 at 8,192); the "
+              "largest gap from the CPU, relative to the largest value: %.1e%s.\n\n| tokens | µs |\n|---|---|\n",
+              gap / std::max(scale, 1e-30), near ? "" : " TOO FAR");
+  // One token at the last position of a block, rotating over the chunk's block ends.
+  const Timing one = b.Graph(40, [&](int i, cudaStream_t st) {
+    const int64_t t = (i % kBlocks) * kRatio + kRatio - 1;
+    cuda::IndexerPoolBlocks(raw.p, knorm.p, pooled.p, positions.p + t, 1, kIndexDim, kRatio, kEps, kRotary, kTheta, st);
+  });
+  const Timing all = b.Graph(5, [&](int, cudaStream_t st) {
+    cuda::IndexerPoolBlocks(raw.p, knorm.p, pooled.p, positions.p, kT, kIndexDim, kRatio, kEps, kRotary, kTheta, st);
+  });
+  std::printf("| 1 | %.2f |\n| %lld | %.2f |\n", one.median_us, static_cast<long long>(kT), all.median_us);
+  return near ? 0 : 1;
+}
+
+int Run(Bench& b) { return AttentionTable(b) + SelectionTable(b) + PrefillTable(b) + PoolTable(b); }
 
 }  // namespace
 }  // namespace q38

@@ -9,6 +9,7 @@
 // configuration of HcPreFused. The last residual update
 // as its own kernel before the pair is timed against the pair that makes it on its way
 // (HcLastResidual); at 8,192 tokens, the update and the norm after it against HcResidualNorm.
+// Last, the embedding copied into the streams (EmbedStreams) at one token and 8,192.
 // Every fused output is checked against the composed one (NMSE of h, largest gap of g); the exit
 // status is 1 if any disagrees.
 // Usage: hc_bench
@@ -156,6 +157,41 @@ int ResidualNorm(Bench& b) {
   return same ? 0 : 1;
 }
 
+// The embedding copied into every stream (EmbedStreams), at one token and 8,192: each token's
+// row of a 4,096-row table (the rows gathered cost the same whatever the vocabulary) as FP32 into
+// its S = 4 streams; X checked bit for bit against the table.
+int Embed(Bench& b) {
+  const cudaStream_t s = b.stream();
+  const int64_t kRows = 4096, S = 4, H = 2560, kMaxT = 8192;
+  DeviceArray<__half> table(kRows * H);
+  DeviceArray<int32_t> ids(kMaxT);
+  DeviceArray<float> X(kMaxT * S * H);
+  FillHalfKernel<<<1024, 256, 0, s>>>(table.p, kRows * H, 21, 2.0f);
+  Q38_CUDA_LAUNCHED();
+  std::vector<int32_t> host_ids(kMaxT);
+  for (int64_t t = 0; t < kMaxT; ++t) host_ids[t] = static_cast<int32_t>((t * 2654435761u) % kRows);
+  Q38_CUDA_CHECK(cudaMemcpyAsync(ids.p, host_ids.data(), kMaxT * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+  std::printf("\n## Embedding into the streams\n\nµs per call in a CUDA graph of 40; bytes of the rows read and "
+              "X written.\n\n| tokens | µs | GB/s | X |\n|---|---|---|---|\n");
+  const std::vector<float> rows = ToHost(table.p, kRows * H);
+  int failures = 0;
+  for (int64_t T : {int64_t{1}, kMaxT}) {
+    cuda::EmbedStreams(table.p, ids.p, X.p, T, S, H, s);
+    Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+    const std::vector<float> got = ToHost(X.p, T * S * H);
+    bool same = true;
+    for (int64_t i = 0; i < T * S * H && same; ++i) same = got[i] == rows[host_ids[i / (S * H)] * H + i % H];
+    failures += same ? 0 : 1;
+    // One token rotates among the ids so that consecutive calls read other rows.
+    const Timing t = b.Graph(40, [&](int i, cudaStream_t st) {
+      cuda::EmbedStreams(table.p, ids.p + (T == 1 ? i % kMaxT : 0), X.p, T, S, H, st);
+    });
+    std::printf("| %lld | %.2f | %.0f | %s |\n", static_cast<long long>(T), t.median_us,
+                T * H * (2.0 + 4.0 * S) / (t.median_us * 1e3), same ? "bitwise" : "MISMATCH");
+  }
+  return failures;
+}
+
 int Run(Bench& b) {
   int failures = 0;
   const cudaStream_t s = b.stream();
@@ -286,7 +322,7 @@ int Run(Bench& b) {
               "| module | down rows | up lanes | fused | down alone | up alone | h NMSE vs composed |\n"
               "|---|---|---|---|---|---|---|\n");
   for (const std::string& r : sweep_rows) std::printf("%s\n", r.c_str());
-  return failures + ResidualNorm(b);
+  return failures + ResidualNorm(b) + Embed(b);
 }
 
 }  // namespace

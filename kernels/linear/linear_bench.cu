@@ -4,6 +4,7 @@
 //    kernel ("v0", linear_gemv_v0.cuh), the route Linear() takes ("auto", ChooseGemv's
 //    configuration) and, with --sweep, every configuration LinearGemv runs; µs per call
 //    eagerly and inside a CUDA graph, GB/s and the share of the stream-read bandwidth;
+//  - the generic GEMV Linear() falls back to where K is not a multiple of 8, at one decode shape;
 //  - 100 small GEMVs of mixed shapes as one graph, beside 100 empty kernels: the per-call cost
 //    as the decode graph sees it;
 //  - the prefill GEMM (T > kGemvMaxRows) at the model's prefill shapes: the old single-buffered
@@ -232,6 +233,30 @@ int RunDecode(Bench& b, double stream_gbs, bool sweep, FILE* csv) {
   return failures;
 }
 
+// The generic GEMV that Linear() takes where K is not a multiple of 8 (or a pointer is not
+// 16-byte aligned): a decode shape with K = 2,556, weights cold, against the double reference.
+int RunScalar(Bench& b, double stream_gbs) {
+  const cudaStream_t s = b.stream();
+  std::printf("\n## Generic GEMV (K %% 8 != 0), [2560, 2556]\n\n| T | µs | GB/s | %% stream | nmse vs reference |\n"
+              "|---|---|---|---|---|\n");
+  int failures = 0;
+  for (const int64_t T : {int64_t{1}, int64_t{4}}) {
+    const int64_t N = 2560, K = 2556;
+    const int iters = Iters(2.0 * N * K);
+    Operands o(T, N, K, iters, s);
+    cuda::Linear(o.x->p, o.W(0), o.y->p, T, K, N, s);
+    Q38_CUDA_LAUNCHED();
+    const double nmse = SampledError(o, s);
+    failures += nmse <= 1e-6 ? 0 : 1;
+    const Timing t = b.Graph(iters, [&](int i, cudaStream_t st) { cuda::Linear(o.x->p, o.W(i), o.y->p, T, K, N, st); });
+    const double gbs = o.Bytes() / (t.median_us * 1e3);
+    std::printf("| %ld | %.2f | %.0f | %.1f%% | %.2g%s |\n", T, t.median_us, gbs, 100 * gbs / stream_gbs, nmse,
+                nmse <= 1e-6 ? "" : " MISMATCH");
+  }
+  std::fflush(stdout);
+  return failures;
+}
+
 // 100 small GEMVs of mixed shapes in one graph (weights cold), v0 against auto, beside 100
 // empty kernels: per-call cost as the decode graph sees it.
 void RunSmallGraph(Bench& b, double stream_gbs) {
@@ -366,6 +391,7 @@ int main(int argc, char** argv) {
   std::printf("ceilings: stream read %.0f GB/s (1 GiB, 16-byte loads); WMMA FP16→FP32 %.1f TFLOP/s\n", stream_gbs, wmma);
   std::fflush(stdout);
   int failures = q38::RunDecode(b, stream_gbs, sweep, csv);
+  failures += q38::RunScalar(b, stream_gbs);
   q38::RunSmallGraph(b, stream_gbs);
   failures += q38::RunGemm(b, wmma);
   if (csv != nullptr) std::fclose(csv);
