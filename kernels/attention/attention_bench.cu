@@ -30,6 +30,7 @@
 #include "kernels/attention/attention_prefill_cuda.h"
 #include "kernels/attention/attention_prefill_v0.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/testing/bench_checks.h"
 #include "kernels/testing/bench_timing.h"
 #include "kernels/testing/device_array.cuh"
 
@@ -289,15 +290,11 @@ int PoolTable(Bench& b) {
                            got = bench::ToHost(pooled.p, kBlocks * kIndexDim);
   std::vector<float> want(kBlocks * kIndexDim);
   cpu::IndexerPoolBlocks(hraw.data(), hw.data(), want.data(), 0, kBlocks, kIndexDim, kRatio, kEps, kRotary, kTheta);
-  double gap = 0, scale = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    gap = std::max(gap, std::isfinite(got[i]) ? std::fabs(static_cast<double>(got[i]) - want[i]) : INFINITY);
-    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
-  }
-  const bool near = gap <= 2e-3 * scale;
+  const double gap = bench::RelativeGap(got, want);
+  const bool near = gap <= 2e-3;
   std::printf("\n## Indexer pooling\n\nµs per call in a CUDA graph (40 calls at one token, 5 at 8,192); the "
               "largest gap from the CPU, relative to the largest value: %.1e%s.\n\n| tokens | µs |\n|---|---|\n",
-              gap / std::max(scale, 1e-30), near ? "" : " TOO FAR");
+              gap, near ? "" : " TOO FAR");
   // One token at the last position of a block, rotating over the chunk's block ends.
   const Timing one = b.Graph(40, [&](int i, cudaStream_t st) {
     const int64_t t = (i % kBlocks) * kRatio + kRatio - 1;

@@ -24,6 +24,7 @@
 #include "kernels/conv/conv.h"
 #include "kernels/conv/conv_cuda.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/testing/bench_checks.h"
 #include "kernels/testing/bench_timing.h"
 #include "kernels/testing/device_array.cuh"
 
@@ -86,20 +87,13 @@ Gap AgainstCpu(const Conv& c, const Conv::Result& r) {
   const std::vector<float> x = ToHost(c.X(), c.T * c.C), w = ToHost(c.W(0), c.C * kTaps);
   std::vector<float> state = ToHost(c.state0.p, c.hist * c.C), ref(c.T * c.C);
   cpu::CausalConv(x.data(), w.data(), state.data(), ref.data(), c.T, c.C, kTaps, c.dilation);
-  Gap g;
-  for (int64_t i = 0; i < c.T * c.C; ++i) {
-    const double gap = std::fabs(static_cast<double>(r.y[i]) - ref[i]) / (1e-3 * std::fabs(ref[i]) + 1e-5);
-    g.y = std::isfinite(gap) ? std::max(g.y, gap) : INFINITY;
-  }
-  g.history = r.history == state;
-  return g;
+  return {bench::GapOfAllowed(r.y, ref, 1e-3, 1e-5), r.history == state};
 }
 
 void PrintRow(const char* shape, const char* kernel, int64_t T, const Timing& graph, const Timing& eager,
               double bytes, double stream_gbs, const char* check) {
-  const double gbs = bytes / (graph.median_us * 1e3);
-  std::printf("| %s | %s | %ld | %.2f (%.2f) | %.2f | %.0f | %.1f%% | %s |\n", shape, kernel, T, graph.median_us,
-              eager.median_us, bytes / 1e6, gbs, 100 * gbs / stream_gbs, check);
+  std::printf("| %s | %s | %ld | %s | %s |\n", shape, kernel, T,
+              bench::RateCells(graph, eager, bytes, stream_gbs).c_str(), check);
   std::fflush(stdout);
 }
 

@@ -34,6 +34,7 @@
 #include "kernels/activation.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/testing/bench_checks.h"
 #include "kernels/testing/bench_timing.h"
 #include "kernels/testing/device_array.cuh"
 
@@ -69,11 +70,10 @@ struct Table {
            bool ok, const char* check, int iters = 0) {
     if (iters == 0) iters = bytes < 1e6 ? 100 : 5;
     const Timing g = b.Graph(iters, launch), e = b.Eager(iters, launch);
-    const double gbs = bytes / (g.median_us * 1e3);
     char tokens[24] = "—";
     if (T > 0) std::snprintf(tokens, sizeof tokens, "%ld", T);
-    std::printf("| %s | %s | %s | %s | %.2f (%.2f) | %.3f | %.0f | %.1f%% | %s%s |\n", kernel, call, tp, tokens,
-                g.median_us, e.median_us, bytes / 1e6, gbs, 100 * gbs / stream_gbs, ok ? "" : "MISMATCH: ", check);
+    std::printf("| %s | %s | %s | %s | %s | %s%s |\n", kernel, call, tp, tokens,
+                bench::RateCells(g, e, bytes, stream_gbs).c_str(), ok ? "" : "MISMATCH: ", check);
     std::fflush(stdout);
     failures += ok ? 0 : 1;
   }
@@ -183,13 +183,9 @@ void SigmoidMul(Table& t, const char* tp, int64_t T, int64_t width) {
   const std::vector<float> x0 = ToHost(x.p, n), g = ToHost(gate.p, n);
   cuda::SigmoidMul(x.p, gate.p, n, s);
   Q38_CUDA_CHECK(cudaStreamSynchronize(s));
-  const std::vector<float> got = ToHost(x.p, n);
-  double worst = 0;  // in units of the allowed gap
-  for (int64_t i = 0; i < n; ++i) {
-    const double ref = x0[i] * cpu::Sigmoid(g[i]);
-    const double gap = std::fabs(got[i] - ref) / (1e-3 * std::fabs(ref) + 1e-6);
-    worst = std::isfinite(gap) ? std::max(worst, gap) : INFINITY;
-  }
+  std::vector<float> ref(n);
+  for (int64_t i = 0; i < n; ++i) ref[i] = x0[i] * cpu::Sigmoid(g[i]);
+  const double worst = bench::GapOfAllowed(ToHost(x.p, n), ref, 1e-3, 1e-6);
   char check[48];
   std::snprintf(check, sizeof check, "gap %.2f of allowed", worst);
   // Timed on x as it stands: gating again costs the same.

@@ -35,6 +35,7 @@
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_decode.cuh"
 #include "kernels/moe/moe_grouped.cuh"
+#include "kernels/testing/bench_checks.h"
 #include "kernels/testing/bench_timing.h"
 #include "kernels/testing/device_array.cuh"
 
@@ -44,6 +45,7 @@ namespace {
 using bench::Bench;
 using bench::DeviceArray;
 using bench::HashUnit;
+using bench::RelativeGap;
 using bench::Timing;
 
 constexpr int64_t kExperts = 512, kTopK = 10, kHidden = 2560, kIntermediate = 640, kRoutings = 64;
@@ -117,16 +119,6 @@ struct DecodeSetup {
   uint64_t want_act, want_out;
   std::vector<float> act_values, out_values;
 };
-
-// The largest difference from `want`, relative to want's largest magnitude.
-double RelativeGap(const std::vector<float>& got, const std::vector<float>& want) {
-  double gap = 0, scale = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    gap = std::max(gap, std::isfinite(got[i]) ? std::fabs(static_cast<double>(got[i]) - want[i]) : INFINITY);
-    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
-  }
-  return gap / std::max(scale, 1e-30);
-}
 
 // One decode kernel shape (`call(i, stream)` runs it on routing i), timed in a graph of 40 calls
 // on rotating routings; prints its row. The shape RoutedExperts launches (`launched`) must give

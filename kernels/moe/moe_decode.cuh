@@ -434,9 +434,6 @@ inline void LaunchDownChunks(const __half* act, const int32_t* idx, const Nvfp4R
 // sigmoid(gate_logit) · shared[n] (shared rounded to FP16 first), as CombineKernel rounds. The
 // per-pair outputs never leave the block, and the shared expert's SiLU·up, its GEMV and the sum
 // cost no launch of their own.
-// A routed warp's chunks and a shared lane's pieces share registers. kMaxRegs caps a thread's
-// registers so that several blocks fit an SM: uncapped, 91 registers and 448 threads a block
-// allowed one block an SM, and the full-size 320 blocks ran in three waves.
 constexpr int kDownCombineMaxPairs = 16;
 
 struct SharedDown {
@@ -457,6 +454,9 @@ inline size_t DownCombineSharedBytes(int64_t k, int64_t I, int64_t Is, int rows_
   return static_cast<size_t>(k * I + Is + (k + 1) * rows_b) * sizeof(float);
 }
 
+// A routed warp's chunks and a shared lane's runs share registers. kMaxRegs caps a thread's
+// registers so that several blocks fit an SM: uncapped, 91 registers and 448 threads a block
+// allowed one block an SM, and the full-size 320 blocks ran in three waves.
 template <int kShared, int kMaxRegs>
 __global__ void __maxnreg__(kMaxRegs)
     DownCombineKernel(const __half* __restrict__ act, const int32_t* __restrict__ idx, const __half* __restrict__ wts,
@@ -560,7 +560,7 @@ inline bool DownCombineFits(const Nvfp4Rows& down, int64_t k, const SharedDown& 
          reinterpret_cast<uintptr_t>(s.gu) % 16 == 0 && reinterpret_cast<uintptr_t>(s.w) % 16 == 0;
 }
 
-// The instances moe_bench compares; the first is the one ExpertsAndShared launches.
+// The instances moe_bench compares; ChosenDownCombine picks the one ExpertsAndShared launches.
 using DownCombineFn = void (*)(const __half*, const int32_t*, const __half*, Nvfp4Rows, SharedDown, __half*, int, int);
 struct DownCombineVariant {
   DownCombineShape shape;

@@ -25,6 +25,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/norm/norm.h"
 #include "kernels/norm/norm_cuda.h"
+#include "kernels/testing/bench_checks.h"
 #include "kernels/testing/bench_timing.h"
 #include "kernels/testing/device_array.cuh"
 
@@ -70,12 +71,7 @@ double GapToCpu(const Norm<TX>& m, cudaStream_t s) {
   const std::vector<float> x = ToHost(m.X(), size), w = ToHost(m.w.p, m.w_len), got = ToHost(m.Y(), size);
   std::vector<float> ref(size);
   cpu::RmsNorm(x.data(), w.data(), ref.data(), m.T, m.n, m.group, m.w_len, kEps, true);
-  double worst = 0;
-  for (int64_t i = 0; i < size; ++i) {
-    const double gap = std::fabs(static_cast<double>(got[i]) - ref[i]) / (1e-3 * std::fabs(ref[i]) + 1e-5);
-    worst = std::isfinite(gap) ? std::max(worst, gap) : INFINITY;
-  }
-  return worst;
+  return bench::GapOfAllowed(got, ref, 1e-3, 1e-5);
 }
 
 struct Shape {
@@ -92,10 +88,9 @@ int Case(Bench& b, const Shape& c, int64_t T, int64_t offset, double stream_gbs)
   const int iters = T == 1 ? 100 : 5;
   const bench::Launch launch = [&](int, cudaStream_t st) { m.Launch(st); };
   const Timing g = b.Graph(iters, launch), e = b.Eager(iters, launch);
-  const double gbs = m.Bytes() / (g.median_us * 1e3);
-  std::printf("| %s | %s | %ld | %ld | %d | %.2f (%.2f) | %.2f | %.0f | %.1f%% | %s: gap %.2f of allowed |\n", c.call,
-              c.tp, c.n, T, offset == 0 ? 8 : 1, g.median_us, e.median_us, m.Bytes() / 1e6, gbs, 100 * gbs / stream_gbs,
-              gap <= 1 ? "ok" : "MISMATCH", gap);
+  std::printf("| %s | %s | %ld | %ld | %d | %s | %s: gap %.2f of allowed |\n", c.call, c.tp, c.n, T,
+              offset == 0 ? 8 : 1, bench::RateCells(g, e, m.Bytes(), stream_gbs).c_str(), gap <= 1 ? "ok" : "MISMATCH",
+              gap);
   std::fflush(stdout);
   return gap <= 1 ? 0 : 1;
 }

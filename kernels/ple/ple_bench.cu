@@ -25,6 +25,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/ple/ple.h"
 #include "kernels/ple/ple_cuda.h"
+#include "kernels/testing/bench_checks.h"
 #include "kernels/testing/bench_timing.h"
 #include "kernels/testing/device_array.cuh"
 
@@ -75,9 +76,8 @@ std::vector<uint16_t> Bits(const __half* d, int64_t n) {
 
 void PrintRow(const char* kernel, const char* what, int64_t T, const Timing& graph, const Timing& eager, double bytes,
               double stream_gbs, const char* check) {
-  const double gbs = bytes / (graph.median_us * 1e3);
-  std::printf("| %s | %s | %ld | %.2f (%.2f) | %.3f | %.0f | %.1f%% | %s |\n", kernel, what, T, graph.median_us,
-              eager.median_us, bytes / 1e6, gbs, 100 * gbs / stream_gbs, check);
+  std::printf("| %s | %s | %ld | %s | %s |\n", kernel, what, T,
+              bench::RateCells(graph, eager, bytes, stream_gbs).c_str(), check);
   std::fflush(stdout);
 }
 
