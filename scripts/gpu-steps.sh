@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One device call's GPU work, step by step, from packed binaries (scripts/pack-gpu-run.sh): each
+# pack .tar.xz is unpacked once, each step's output goes to OUT/logs/NN-NAME.log, and OUT/steps.txt
+# gets one line a step (exit status, seconds). A failing step does not stop the rest.
+# Usage: scripts/gpu-steps.sh OUT STEP...
+#   test:PACK:BIN[:FILTER]   a test binary of the pack (an optional gtest filter)
+#   bench:PACK:BIN[:ARGS]    a bench binary (ARGS split on spaces)
+#   model:PACK[:ARGS]        q38-bench-model, full-size synthetic weights at TP1 (ARGS replace the
+#                            default --prompt_tokens 8192 --decode_tokens 64 --repeats 3)
+#   ab:OLD:NEW:BENCH         scripts/gpu-ab.sh (a bench, then the model, ABAB) into OUT/ab-BENCH
+# PACK is the path of a pack's .tar.xz, as carried into the call.
+set -uo pipefail
+out=$1
+shift
+root=/tmp/q38-packs
+mkdir -p "$out/logs" "$root"
+here=$(cd "$(dirname "$0")" && pwd)
+# model_cuda_test reads the trained small model from the checkout (models/small), as CTest tells it.
+export Q38_SOURCE_DIR=${Q38_SOURCE_DIR:-$(dirname "$here")}
+
+# unpack PACK: prints the unpacked directory.
+unpack() {
+  local name
+  name=$(basename "$1" .tar.xz)
+  [[ -d $root/$name ]] || tar -C "$root" -xJf "$1"
+  echo "$root/$name"
+}
+
+n=0
+for step in "$@"; do
+  n=$((n + 1))
+  IFS=: read -r kind a b c <<< "$step"  # the last field keeps any further colons (gtest filters)
+  log=$(printf '%s/logs/%02d-%s-%s.log' "$out" "$n" "$kind" "$(basename "${b:-$a}" .tar.xz)")
+  start=$(date +%s)
+  case $kind in
+    test)
+      dir=$(unpack "$a")
+      LD_LIBRARY_PATH="$dir/lib" timeout 590 "$dir/bin/$b" ${c:+--gtest_filter=$c} > "$log" 2>&1 ;;
+    bench)
+      dir=$(unpack "$a")
+      # shellcheck disable=SC2086  # the arguments are split on purpose
+      LD_LIBRARY_PATH="$dir/lib" timeout 590 "$dir/bin/$b" ${c:-} > "$log" 2>&1 ;;
+    model)
+      dir=$(unpack "$a")
+      # shellcheck disable=SC2086
+      LD_LIBRARY_PATH="$dir/lib" timeout 590 "$dir/bin/q38-bench-model" --synthetic release --device cuda --tp 1 \
+          ${b:---prompt_tokens 8192 --decode_tokens 64 --repeats 3} > "$log" 2>&1 ;;
+    ab)
+      bash "$here/gpu-ab.sh" "$(unpack "$a")" "$(unpack "$b")" "$out/ab-$c" "$c" > "$log" 2>&1 ;;
+    *)
+      echo "unknown step $step" > "$log"
+      false ;;
+  esac
+  rc=$?
+  printf '%02d %-60s exit %d, %d s\n' "$n" "$step" "$rc" "$(($(date +%s) - start))" | tee -a "$out/steps.txt"
+done
