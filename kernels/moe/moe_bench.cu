@@ -362,6 +362,7 @@ int Run(Bench& b, bool prefill_only) {
         const Timing tb = b.Graph(iters, before), ta = b.Graph(iters, after);
         // DownCombineKernel alone in each instance, on the act the launched pair left.
         after(0, s);
+        Q38_CUDA_CHECK(cudaStreamSynchronize(s));  // the bench's stream does not block the copy's
         const std::vector<float> launched_out = bench::ToHost(out2.p, kHidden);
         const cuda::moe_decode::SharedDown sd{shared_gu.p, shared_down.p, static_cast<int>(Is), gate.p, 1};
         const Nvfp4 dn = Nvfp4::Of(down.View(kHidden));
