@@ -30,7 +30,9 @@ n=0
 for step in "$@"; do
   n=$((n + 1))
   IFS=: read -r kind a b c <<< "$step"  # the last field keeps any further colons (gtest filters)
-  log=$(printf '%s/logs/%02d-%s-%s.log' "$out" "$n" "$kind" "$(basename "${b:-$a}" .tar.xz)")
+  # The log is named for the binary (test, bench), the pack (model) or the bench (ab).
+  case $kind in test|bench) what=$b ;; model) what=$(basename -- "$a" .tar.xz) ;; *) what=$c ;; esac
+  log=$(printf '%s/logs/%02d-%s-%s.log' "$out" "$n" "$kind" "$what")
   start=$(date +%s)
   case $kind in
     test)
