@@ -45,12 +45,18 @@ if ! "$test_venv/bin/python" -c "import openai" 2>/dev/null; then
 fi
 
 # Where a CUDA toolkit is present: a CUDA 12.x ptxas for the SM70 legality check (CUDA 13 cannot
-# target sm_70; scripts/check-sm70.sh), from PyPI into .venv-cuda12 beside the sources.
+# target sm_70; scripts/check-sm70.sh) and the SASS tools of scripts/sass_loop.py, from PyPI into
+# .venv-cuda12 beside the sources.
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
   venv="$(dirname "$0")/../.venv-cuda12"
   if ! ls "$venv"/lib/python3*/site-packages/nvidia/cuda_nvcc/bin/ptxas >/dev/null 2>&1; then
     echo "setup-deps: installing a CUDA 12.x ptxas (nvidia-cuda-nvcc-cu12) into .venv-cuda12"
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q "nvidia-cuda-nvcc-cu12>=12.8,<13"
+  fi
+  # cuobjdump and nvdisasm for scripts/sass_loop.py (the toolkit here ships neither).
+  if ! ls "$venv"/lib/python3*/site-packages/nvidia/cu*/bin/nvdisasm >/dev/null 2>&1; then
+    echo "setup-deps: installing cuobjdump and nvdisasm into .venv-cuda12"
+    "$venv/bin/pip" install -q "nvidia-cuda-cuobjdump>=13,<14" "nvidia-cuda-nvdisasm>=13,<14"
   fi
 fi
