@@ -66,15 +66,21 @@ def opcode(text):
     return re.sub(r"^@!?U?P\w+\s+", "", text).split()[0].split(".")[0]
 
 
+def branch_target(text):
+    """The address a BRA jumps to, or None."""
+    m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", text)
+    return int(m.group(1), 16) if m else None
+
+
 def main_loop(instructions, any_loop):
     """The longest body [target, branch] of a backward branch (holding an HMMA unless any_loop)."""
     where = {a: i for i, (a, _) in enumerate(instructions)}
     best = []
     for i, (a, t) in enumerate(instructions):
-        m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", t)
-        if not m or int(m.group(1), 16) >= a or int(m.group(1), 16) not in where:
+        target = branch_target(t)
+        if target is None or target >= a or target not in where:
             continue
-        body = instructions[where[int(m.group(1), 16)]:i + 1]
+        body = instructions[where[target]:i + 1]
         if (any_loop or any(opcode(x) == "HMMA" for _, x in body)) and len(body) > len(best):
             best = body
     return best
@@ -83,7 +89,7 @@ def main_loop(instructions, any_loop):
 def blocks(loop):
     """[(first address, instructions)] of the loop's basic blocks: a block ends at a branch or
     where another branch of the loop lands."""
-    targets = {int(m.group(1), 16) for _, t in loop for m in [re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", t)] if m}
+    targets = {branch_target(t) for _, t in loop} - {None}
     out = []
     for a, t in loop:
         if not out or a in targets or opcode(out[-1][1][-1]) == "BRA":
@@ -96,7 +102,10 @@ def load(args_binary, sass_text, res_text):
     if sass_text:
         with open(sass_text) as f:
             sass = f.read()
-        res = open(res_text).read() if res_text else ""
+        res = ""
+        if res_text:
+            with open(res_text) as f:
+                res = f.read()
         return functions(sass), resources(res)
     return functions(cuobjdump(args_binary, "-sass")), resources(cuobjdump(args_binary, "-res-usage"))
 
