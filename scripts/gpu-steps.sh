@@ -8,7 +8,8 @@
 #   model:PACK[:ARGS]        q38-bench-model, full-size synthetic weights at TP1 (ARGS replace the
 #                            default --prompt_tokens 8192 --decode_tokens 64 --repeats 3)
 #   ab:OLD:NEW:BENCH         scripts/gpu-ab.sh (a bench, then the model, ABAB) into OUT/ab-BENCH
-# PACK is the path of a pack's .tar.xz, as carried into the call.
+# PACK is the path of a pack's .tar.xz, as carried into the call; a slim pack's full pack (its
+# LIBS_FROM) is unpacked from the .tar.xz beside it.
 set -uo pipefail
 out=$1
 shift
@@ -23,6 +24,7 @@ unpack() {
   local name
   name=$(basename "$1" .tar.xz)
   [[ -d $root/$name ]] || tar -C "$root" -xJf "$1"
+  [[ -f $root/$name/LIBS_FROM ]] && unpack "$(dirname "$1")/$(cat "$root/$name/LIBS_FROM").tar.xz" > /dev/null
   echo "$root/$name"
 }
 
