@@ -73,21 +73,26 @@ struct PipelineShared {
 };
 
 // An operand as the pipeline reads it: a `Run` is what a thread holds in registers for 8
-// consecutive halves of one tile row (raw as loaded: FP16, or codes and a block scale),
-// Fetch(row, k) loads it (zeros past the operand's rows or K; k is a multiple of 8) and
-// Stash(run, dst) writes its 8 halves to 16-byte aligned shared memory.
+// consecutive halves of one tile row (raw as loaded: FP16, or codes and a block scale). A thread
+// moves the same rows of the tile at every step, at one column of the step, kBK columns further
+// on each time; so a side resolves each row once a tile: At(row) gives its `Cursor`, an int (where
+// the row starts), and Fetch(cursor, k, in_k) loads the run at column k of it, zeros where in_k
+// (k < K) is false; Stash(run, dst) writes its 8 halves to 16-byte aligned shared memory. A tile
+// row past the operand's rows may read any row of it: the epilogue drops what it computes. (The
+// addresses and bounds of every run recomputed in 64 bits at each step were half of the loop's
+// instructions.)
 //
-// FP16 rows, row-major with `ld` halves a row; a null row pointer stands for a row of zeros.
+// FP16 rows at `base`: the cursor is a row's offset in halves (below 2³¹).
 struct HalfRun {
   uint4 v;
 };
-__device__ __forceinline__ HalfRun FetchHalfRun(const __half* row, int64_t k, int64_t K) {
-  return {row != nullptr && k < K ? __ldg(reinterpret_cast<const uint4*>(row + k)) : make_uint4(0, 0, 0, 0)};
+__device__ __forceinline__ HalfRun FetchHalfRun(const __half* base, int row, int k, bool in_k) {
+  return {in_k ? __ldg(reinterpret_cast<const uint4*>(base + static_cast<uint32_t>(row + k))) : make_uint4(0, 0, 0, 0)};
 }
 __device__ __forceinline__ void StashHalfRun(const HalfRun& r, __half* dst) { *reinterpret_cast<uint4*>(dst) = r.v; }
 
-// Which of A's rows a tile computes. AllRows: every one (the dense GEMM, whose loads zero the
-// rows past T and whose epilogue skips them; a branch around the step's products, even a uniform
+// Which of A's rows a tile computes. AllRows: every one (the dense GEMM, whose epilogue skips the
+// rows past T; a branch around the step's products, even a uniform
 // one, cost its schedule an eighth: run N2). FirstRows: the first n (a ragged expert tile): a
 // warp whose rows all lie past them skips its products, and no slice of rows past them goes to
 // the epilogue. (Skipping single fragment rows inside the step's loop cost a fifth: run N1.)
@@ -99,9 +104,9 @@ struct FirstRows {
   __device__ bool Has(int row) const { return row < n; }
 };
 
-// Runs the tile over K (a multiple of 8). a.Fetch / b.Fetch / Stash as above, rows within the
-// tile. Then, for each warp's fragment row i and fragment column pair (j, j + 1), the slice of
-// 16 rows × 32 columns of C (FP32, kOutLd floats a row) at tile row m and column n goes to
+// Runs the tile over K (a multiple of 8, below 2³¹). a and b as above, rows within the tile.
+// Then, for each warp's fragment row i and fragment column pair (j, j + 1), the slice of 16 rows
+// × 32 columns of C (FP32, kOutLd floats a row) at tile row m and column n goes to
 // epilogue(slice, m, n, lane), by the warp's 32 lanes together. `rows` says which of A's rows
 // matter (AllRows, FirstRows below).
 template <typename Shape, typename Rows, typename SideA, typename SideB, typename Epilogue>
@@ -118,21 +123,32 @@ __device__ __forceinline__ void PipelinedTile(PipelineShared<Shape>& s, int64_t 
 #pragma unroll
     for (int j = 0; j < kFN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
+  // Run r of a step is row r / kRunsRow, columns (r % kRunsRow) · 8: kRunsRow threads read a
+  // row's 2·kBK bytes, and a thread's runs all lie at one column of the step.
+  constexpr int kRow = Shape::kRunsRow;
+  static_assert(Shape::kThreads % kRow == 0, "a thread's runs at one column");
+  const int col = (tid % kRow) * 8, K32 = static_cast<int>(K);
+  int ca[Shape::kRunsA], cb[Shape::kRunsB];
+#pragma unroll
+  for (int i = 0; i < Shape::kRunsA; ++i) ca[i] = a.At((tid + i * Shape::kThreads) / kRow);
+#pragma unroll
+  for (int i = 0; i < Shape::kRunsB; ++i) cb[i] = b.At((tid + i * Shape::kThreads) / kRow);
   typename SideA::Run ra[Shape::kRunsA];
   typename SideB::Run rb[Shape::kRunsB];
-  // Run r of a step is row r / kRunsRow, columns (r % kRunsRow) · 8: kRunsRow threads read a
-  // row's 2·kBK bytes.
-  constexpr int kRow = Shape::kRunsRow;
-  auto fetch = [&](int64_t k0) {
+  // Every step but a last one past K reads whole runs without a bound (a uniform branch).
+  auto fetch = [&](int k0) {
+    const int k = k0 + col;
+    if (k0 + kBK <= K32) {
 #pragma unroll
-    for (int i = 0; i < Shape::kRunsA; ++i) {
-      const int r = tid + i * Shape::kThreads;
-      ra[i] = a.Fetch(r / kRow, k0 + (r % kRow) * 8);
-    }
+      for (int i = 0; i < Shape::kRunsA; ++i) ra[i] = a.Fetch(ca[i], k, true);
 #pragma unroll
-    for (int i = 0; i < Shape::kRunsB; ++i) {
-      const int r = tid + i * Shape::kThreads;
-      rb[i] = b.Fetch(r / kRow, k0 + (r % kRow) * 8);
+      for (int i = 0; i < Shape::kRunsB; ++i) rb[i] = b.Fetch(cb[i], k, true);
+    } else {
+      const bool in_k = k < K32;
+#pragma unroll
+      for (int i = 0; i < Shape::kRunsA; ++i) ra[i] = a.Fetch(ca[i], k, in_k);
+#pragma unroll
+      for (int i = 0; i < Shape::kRunsB; ++i) rb[i] = b.Fetch(cb[i], k, in_k);
     }
   };
   auto stash = [&](int stage) {
@@ -148,12 +164,12 @@ __device__ __forceinline__ void PipelinedTile(PipelineShared<Shape>& s, int64_t 
     }
   };
 
-  const int64_t steps = CeilDivDevice(K, kBK);
+  const int steps = static_cast<int>(CeilDivDevice(K, kBK));
   fetch(0);
   stash(0);
   __syncthreads();
-  for (int64_t step = 0; step < steps; ++step) {
-    const int stage = static_cast<int>(step & 1);
+  for (int step = 0; step < steps; ++step) {
+    const int stage = step & 1;
     if (step + 1 < steps) fetch((step + 1) * kBK);
     if (warp_rows) {
 #pragma unroll

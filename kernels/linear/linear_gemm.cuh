@@ -19,15 +19,14 @@
 
 namespace q38::cuda::gemm {
 
-// `rows` rows of a row-major FP16 matrix from the tile's first row on, 16 bytes a run; rows past
-// the edge read as zeros.
+// `rows` rows of a row-major FP16 matrix from the tile's first row on, 16 bytes a run; tile rows
+// past the edge read its last row.
 struct DenseSide {
   using Run = HalfRun;
   const __half* first;
   int64_t rows, K;
-  __device__ __forceinline__ Run Fetch(int row, int64_t k) const {
-    return FetchHalfRun(row < rows ? first + row * K : nullptr, k, K);
-  }
+  __device__ __forceinline__ int At(int row) const { return static_cast<int>((row < rows ? row : rows - 1) * K); }
+  __device__ __forceinline__ Run Fetch(int row, int k, bool in_k) const { return FetchHalfRun(first, row, k, in_k); }
   __device__ __forceinline__ static void Stash(const Run& r, __half* dst) { StashHalfRun(r, dst); }
 };
 
@@ -36,11 +35,12 @@ struct ScalarSide {
   using Run = HalfRun;
   const __half* first;
   int64_t rows, K;
-  __device__ __forceinline__ Run Fetch(int row, int64_t k) const {
+  __device__ __forceinline__ int At(int row) const { return static_cast<int>((row < rows ? row : rows - 1) * K); }
+  __device__ __forceinline__ Run Fetch(int row, int k, bool) const {
     Run r;
     __half* h = reinterpret_cast<__half*>(&r.v);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) h[i] = row < rows && k + i < K ? first[row * K + k + i] : __float2half(0.0f);
+    for (int i = 0; i < 8; ++i) h[i] = k + i < K ? first[static_cast<uint32_t>(row + k + i)] : __float2half(0.0f);
     return r;
   }
   __device__ __forceinline__ static void Stash(const Run& r, __half* dst) { StashHalfRun(r, dst); }
@@ -86,6 +86,7 @@ using Tile64x64w4 = TileShape<64, 64, 2, 2>;
 
 template <typename Shape, int kMinBlocks>
 void LaunchTiled(const __half* x, const __half* w, __half* y, int64_t T, int64_t K, int64_t N, cudaStream_t stream) {
+  CHECK_LT(K, int64_t{1} << 24) << "the tile's rows are addressed by 32-bit offsets";
   const dim3 grid(static_cast<unsigned>(CeilDiv(N, Shape::kBN)), static_cast<unsigned>(CeilDiv(T, Shape::kBM)));
   const bool vec_out = N % 8 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
   const bool vec_in = K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;

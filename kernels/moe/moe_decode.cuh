@@ -44,9 +44,8 @@ __device__ __forceinline__ float E4m3Scaled(uint32_t b) { return __half2float(E4
 // Load<kCols> reads its columns j..j+kCols-1 (kCols 8 or 16, j a multiple of kCols: four or
 // eight bytes of codes and their one block scale) and Dot dots them with kCols FP32 inputs,
 // without the per-expert global scale, which Global gives, and scaled by 1/kUnscale (decode).
-// FetchTile8 loads columns j..j+7 of row n and StashTile8 writes them as FP16, also without it
-// (prefill's WMMA tiles; E2M1 × E4M3 has at most 6 significant bits within FP16's normal range,
-// so it is exact).
+// Tiles reads runs of 8 columns for prefill's WMMA tiles and writes them as FP16, also without it
+// (E2M1 × E4M3 has at most 6 significant bits within FP16's normal range, so it is exact).
 // In Dot the codes come as 2⁻¹⁴ and the block scale as 2⁻⁸ times their values. Powers of two
 // change no rounding here (every product and partial sum stays a normal FP32), so times kUnscale
 // the sum has the bits of the plain Σ code · scale · x in the same order.
@@ -99,32 +98,43 @@ struct Nvfp4Rows {
     }
     return dot * E4m3Scaled(r.scale);
   }
-  // Prefill's tiles: a run of 8 columns as loaded (4 bytes of codes and their block scale), and
-  // its 8 halves.
-  struct TileRun {
-    uint32_t c, scale;
-  };
-  __device__ __forceinline__ TileRun FetchTile8(int64_t e, int64_t n, int64_t j) const {
-    const int64_t row = e * N + n;
-    return {__ldg(reinterpret_cast<const uint32_t*>(codes + row * (K / 2) + j / 2)),
-            __ldg(scales + row * (K / 16) + j / 16)};
-  }
-  // Two codes a half2 (E2m1PairBits: 2⁻¹⁴ × their values), times 2¹⁴ and the block scale in FP16:
-  // each product is exact (a code has at most 2 significant bits, a scale 4; 2⁻¹⁰ ≤ |value| ≤
-  // 2688), so the tile holds the values code · scale as FP32 arithmetic would round them.
-  __device__ __forceinline__ static void StashTile8(const TileRun& r, __half* out) {
-    // E4m3ScaledHalf is 2⁻⁸ × the scale; times 2⁸ it is the scale, exactly.
-    const __half2 scale = __hmul2(__half2half2(E4m3ScaledHalf(r.scale)), __float2half2_rn(256.0f));
-    const __half2 unscale = __float2half2_rn(16384.0f);
-    const __half2 v[4] = {E2m1PairBits<0>(r.c), E2m1PairBits<1>(r.c), E2m1PairBits<2>(r.c), E2m1PairBits<3>(r.c)};
-    __half2 o[4];  // codes 0..7 in column order: pair p holds codes p and p + 4
-#pragma unroll
-    for (int p = 0; p < 2; ++p) {
-      const __half2 lo = __hmul2(__hmul2(v[2 * p], unscale), scale), hi = __hmul2(__hmul2(v[2 * p + 1], unscale), scale);
-      o[p] = __lows2half2(lo, hi);
-      o[p + 2] = __highs2half2(lo, hi);
+  // Prefill's tiles: expert e's rows at 32-bit byte offsets into its codes (an expert's N·K/2
+  // bytes stay below 2³¹), a run of 8 columns as loaded (4 bytes of codes and their block scale)
+  // and its 8 halves. Offset(n): where row n starts; Fetch(row, k): the run at its column k. The
+  // scales lie at 1/8 of the codes' offsets (K is a multiple of 16).
+  struct Tiles {
+    struct Run {
+      uint32_t c, scale;
+    };
+    const uint8_t* codes;
+    const uint8_t* scales;
+    int64_t K;
+    __device__ __forceinline__ int Offset(int64_t n) const { return static_cast<int>(n * (K / 2)); }
+    __device__ __forceinline__ Run Fetch(int row, int k) const {
+      const uint32_t at = static_cast<uint32_t>(row + k / 2);
+      return {__ldg(reinterpret_cast<const uint32_t*>(codes + at)), __ldg(scales + (at >> 3))};
     }
-    *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(o);
+    // Two codes a half2 (E2m1PairBits: 2⁻¹⁴ × their values), times 2¹⁴ and the block scale in FP16:
+    // each product is exact (a code has at most 2 significant bits, a scale 4; 2⁻¹⁰ ≤ |value| ≤
+    // 2688), so the tile holds the values code · scale as FP32 arithmetic would round them.
+    __device__ __forceinline__ static void Stash(const Run& r, __half* out) {
+      // E4m3ScaledHalf is 2⁻⁸ × the scale; times 2⁸ it is the scale, exactly.
+      const __half2 scale = __hmul2(__half2half2(E4m3ScaledHalf(r.scale)), __float2half2_rn(256.0f));
+      const __half2 unscale = __float2half2_rn(16384.0f);
+      const __half2 v[4] = {E2m1PairBits<0>(r.c), E2m1PairBits<1>(r.c), E2m1PairBits<2>(r.c), E2m1PairBits<3>(r.c)};
+      __half2 o[4];  // codes 0..7 in column order: pair p holds codes p and p + 4
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const __half2 lo = __hmul2(__hmul2(v[2 * p], unscale), scale),
+                      hi = __hmul2(__hmul2(v[2 * p + 1], unscale), scale);
+        o[p] = __lows2half2(lo, hi);
+        o[p + 2] = __highs2half2(lo, hi);
+      }
+      *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(o);
+    }
+  };
+  __device__ __forceinline__ Tiles TilesOf(int64_t e) const {
+    return {codes + e * N * (K / 2), scales + e * N * (K / 16), K};
   }
 };
 
@@ -161,13 +171,16 @@ struct DenseRows {
     }
     return dot;
   }
-  using TileRun = uint4;
-  __device__ __forceinline__ TileRun FetchTile8(int64_t e, int64_t n, int64_t j) const {
-    return __ldg(reinterpret_cast<const uint4*>(w + (e * N + n) * K + j));
-  }
-  __device__ __forceinline__ static void StashTile8(const TileRun& r, __half* out) {
-    *reinterpret_cast<uint4*>(out) = r;
-  }
+  // Prefill's tiles (Nvfp4Rows::Tiles): FP16 runs, rows at offsets in halves.
+  struct Tiles {
+    using Run = uint4;
+    const __half* w;
+    int64_t K;
+    __device__ __forceinline__ int Offset(int64_t n) const { return static_cast<int>(n * K); }
+    __device__ __forceinline__ Run Fetch(int row, int k) const { return __ldg(reinterpret_cast<const uint4*>(w + static_cast<uint32_t>(row + k))); }
+    __device__ __forceinline__ static void Stash(const Run& r, __half* out) { *reinterpret_cast<uint4*>(out) = r; }
+  };
+  __device__ __forceinline__ Tiles TilesOf(int64_t e) const { return {w + e * N * K, K}; }
 };
 
 // dot[r] = x (F16 row) · weights row n[r] of expert e, over a group of `group` lanes (a power of

@@ -69,46 +69,49 @@ void WithTile(GroupedTile tile, F f) {
   }
 }
 
-// The tile's rows of x, one pointer a slot in shared memory, resolved once a tile (x[pair /
-// a_div]; null, a row of zeros, for a slot past the expert's pairs).
+// The tile's rows of x, one offset a slot in shared memory, resolved once a tile ((pair / a_div) ·
+// K; a slot past the expert's pairs reads the first slot's row).
 struct PairRows {
   using Run = HalfRun;
-  const __half* const* row_of;
-  int64_t K;
-  __device__ __forceinline__ Run Fetch(int row, int64_t k) const { return FetchHalfRun(row_of[row], k, K); }
+  const __half* x;
+  const int* row_at;
+  __device__ __forceinline__ int At(int row) const { return row_at[row]; }
+  __device__ __forceinline__ Run Fetch(int row, int k, bool in_k) const { return FetchHalfRun(x, row, k, in_k); }
   __device__ __forceinline__ static void Stash(const Run& r, __half* dst) { StashHalfRun(r, dst); }
 };
 
-// Expert e's weight rows behind the tile's columns, dequantized into the tile as they are
-// stashed. kSwiGlu: each 32
-// columns are 16 gate rows i and their 16 up rows I + i, so that one epilogue slice holds both
-// halves of its outputs.
+// Expert e's weight rows behind the tile's columns (Rows::Tiles: its rows at 32-bit offsets),
+// dequantized into the tile as they are stashed. kSwiGlu: each 32 columns are 16 gate rows i and
+// their 16 up rows I + i, so that one epilogue slice holds both halves of its outputs.
 template <typename Rows, bool kSwiGlu>
 struct ExpertColumns {
+  using Tiles = typename Rows::Tiles;
   struct Run {
-    typename Rows::TileRun v;
+    typename Tiles::Run v;
     bool valid;
   };
-  Rows rows;
-  int64_t e, n0;  // n0: the tile's first intermediate index (kSwiGlu) or output row
-  __device__ __forceinline__ int64_t WeightRow(int c) const {
+  Tiles tiles;
+  int64_t N, n0;  // n0: the tile's first intermediate index (kSwiGlu) or output row
+  __device__ __forceinline__ int At(int c) const {
+    // Columns past the projection's rows read its last (gate or up) row.
+    int64_t n;
     if constexpr (kSwiGlu) {
-      const int64_t I = rows.N / 2, i = n0 + (c / 32) * 16 + c % 16;
-      return i < I ? (c % 32 < 16 ? i : I + i) : -1;
+      const int64_t I = N / 2, i = min(n0 + (c / 32) * 16 + c % 16, I - 1);
+      n = c % 32 < 16 ? i : I + i;
     } else {
-      return n0 + c < rows.N ? n0 + c : -1;
+      n = min(n0 + c, N - 1);
     }
+    return tiles.Offset(n);
   }
-  __device__ __forceinline__ Run Fetch(int c, int64_t k) const {
-    const int64_t n = WeightRow(c);
+  __device__ __forceinline__ Run Fetch(int row, int k, bool in_k) const {
     Run r{};
-    r.valid = n >= 0 && k < rows.K;  // K is a multiple of 16: a run is inside K or past it
-    if (r.valid) r.v = rows.FetchTile8(e, n, k);
+    r.valid = in_k;  // K is a multiple of 16: a run is inside K or past it
+    if (r.valid) r.v = tiles.Fetch(row, k);
     return r;
   }
   __device__ __forceinline__ static void Stash(const Run& r, __half* dst) {
     if (r.valid) {
-      Rows::StashTile8(r.v, dst);
+      Tiles::Stash(r.v, dst);
     } else {
       *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
     }
@@ -130,7 +133,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
   static_assert(Shape::kThreads >= kRows, "a thread a slot");
   PipelineShared<Shape> s{DynamicShared()};
   __shared__ int32_t pair_of[kRows];
-  __shared__ const __half* row_of[kRows];
+  __shared__ int row_at[kRows];
   const int32_t *start = groups, *tile_start = groups + E + 1, *order = groups + 2 * (E + 1);
   const int32_t tile = blockIdx.y;
   if (tile >= tile_start[E]) return;
@@ -145,12 +148,12 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
   if (threadIdx.x < kRows) {
     const int32_t p = threadIdx.x < valid ? order[s0 + threadIdx.x] : -1;
     pair_of[threadIdx.x] = p;
-    row_of[threadIdx.x] = p >= 0 ? x + (p / a_div) * K : nullptr;
+    row_at[threadIdx.x] = static_cast<int>(((p >= 0 ? p : order[s0]) / a_div) * K);
   }
   __syncthreads();
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * (kSwiGlu ? Shape::kBN / 2 : Shape::kBN);
-  const PairRows a{row_of, K};
-  const ExpertColumns<Rows, kSwiGlu> b{rows, e, n0};
+  const PairRows a{x, row_at};
+  const ExpertColumns<Rows, kSwiGlu> b{rows.TilesOf(e), rows.N, n0};
   PipelinedTile<Shape>(s, K, FirstRows{valid}, a, b, [&](const float* slice, int m, int n, int lane) {
     if constexpr (kSwiGlu) {
       // Lane l: row l / 2, 8 intermediate indices from (l % 2) · 8, one 16-byte store (I is a
