@@ -123,16 +123,16 @@ __device__ __forceinline__ void PipelinedTile(PipelineShared<Shape>& s, int64_t 
 #pragma unroll
     for (int j = 0; j < kFN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
-  // Run r of a step is row r / kRunsRow, columns (r % kRunsRow) · 8: kRunsRow threads read a
-  // row's 2·kBK bytes, and a thread's runs all lie at one column of the step.
-  constexpr int kRow = Shape::kRunsRow;
+  // Run i of a thread is row tid / kRunsRow + i · kPass of the step, columns (tid % kRunsRow) ·
+  // 8: kRunsRow threads read a row's 2·kBK bytes, and a thread's runs all lie at one column.
+  constexpr int kRow = Shape::kRunsRow, kPass = Shape::kThreads / kRow;
   static_assert(Shape::kThreads % kRow == 0, "a thread's runs at one column");
-  const int col = (tid % kRow) * 8, K32 = static_cast<int>(K);
+  const int row0 = tid / kRow, col = (tid % kRow) * 8, K32 = static_cast<int>(K);
   int ca[Shape::kRunsA], cb[Shape::kRunsB];
 #pragma unroll
-  for (int i = 0; i < Shape::kRunsA; ++i) ca[i] = a.At((tid + i * Shape::kThreads) / kRow);
+  for (int i = 0; i < Shape::kRunsA; ++i) ca[i] = a.At(row0 + i * kPass);
 #pragma unroll
-  for (int i = 0; i < Shape::kRunsB; ++i) cb[i] = b.At((tid + i * Shape::kThreads) / kRow);
+  for (int i = 0; i < Shape::kRunsB; ++i) cb[i] = b.At(row0 + i * kPass);
   typename SideA::Run ra[Shape::kRunsA];
   typename SideB::Run rb[Shape::kRunsB];
   // Every step but a last one past K reads whole runs without a bound (a uniform branch).
@@ -152,16 +152,12 @@ __device__ __forceinline__ void PipelinedTile(PipelineShared<Shape>& s, int64_t 
     }
   };
   auto stash = [&](int stage) {
+    __half* const to_a = s.A(stage, row0) + col;
+    __half* const to_b = s.B(stage, row0) + col;
 #pragma unroll
-    for (int i = 0; i < Shape::kRunsA; ++i) {
-      const int r = tid + i * Shape::kThreads;
-      SideA::Stash(ra[i], s.A(stage, r / kRow) + (r % kRow) * 8);
-    }
+    for (int i = 0; i < Shape::kRunsA; ++i) SideA::Stash(ra[i], to_a + i * kPass * kLd);
 #pragma unroll
-    for (int i = 0; i < Shape::kRunsB; ++i) {
-      const int r = tid + i * Shape::kThreads;
-      SideB::Stash(rb[i], s.B(stage, r / kRow) + (r % kRow) * 8);
-    }
+    for (int i = 0; i < Shape::kRunsB; ++i) SideB::Stash(rb[i], to_b + i * kPass * kLd);
   };
 
   const int steps = static_cast<int>(CeilDivDevice(K, kBK));
