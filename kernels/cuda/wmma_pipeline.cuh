@@ -27,19 +27,15 @@ struct TileShape {
   static constexpr int kBM = kBM_, kBN = kBN_, kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
   static constexpr int kBK = kBK_;         // K columns a step
   static constexpr int kLd = kBK + 8;      // halves a shared row: 16 bytes of padding
-  static constexpr int kRunsRow = kBK / 8;  // 8-half runs a row of a step
   static constexpr int kThreads = kWarpsM * kWarpsN * kWarp;
   static constexpr int kWM = kBM / kWarpsM, kWN = kBN / kWarpsN;
   static constexpr int kFM = kWM / 16, kFN = kWN / 16;
-  // 8-half runs of one step each thread moves: a row of the step is 4 runs.
-  static constexpr int kRunsA = kBM * kBK / 8 / kThreads, kRunsB = kBN * kBK / 8 / kThreads;
   static constexpr int kOutLd = 2 * 16 + 4;  // floats a row of an epilogue slice (16 × 32)
   static constexpr int kOperandBytes = 2 * (kBM + kBN) * kLd * 2;
   static constexpr int kOutBytes = kWarpsM * kWarpsN * 16 * kOutLd * 4;
   static constexpr int kSharedBytes = kOperandBytes > kOutBytes ? kOperandBytes : kOutBytes;
   static_assert(kBK == 32 || kBK == 64, "steps of 32 or 64 columns");
   static_assert(kWM % 16 == 0 && kWN % 32 == 0, "warp tiles of whole fragments, columns in pairs");
-  static_assert(kBM * kBK / 8 % kThreads == 0 && kBN * kBK / 8 % kThreads == 0, "every thread moves whole runs");
   static_assert(kSharedBytes <= 96 * 1024, "SM70's shared memory a block");
 };
 
@@ -72,18 +68,19 @@ struct PipelineShared {
   __device__ float* Out(int warp) const { return reinterpret_cast<float*>(raw) + warp * 16 * Shape::kOutLd; }
 };
 
-// An operand as the pipeline reads it: a `Run` is what a thread holds in registers for 8
-// consecutive halves of one tile row (raw as loaded: FP16, or codes and a block scale). A thread
-// moves the same rows of the tile at every step, at one column of the step, kBK columns further
-// on each time; so a side resolves each row once a tile: At(row) gives its `Cursor`, an int (where
-// the row starts), and Fetch(cursor, k, in_k) loads the run at column k of it, zeros where in_k
-// (k < K) is false; Stash(run, dst) writes its 8 halves to 16-byte aligned shared memory. A tile
-// row past the operand's rows may read any row of it: the epilogue drops what it computes. (The
-// addresses and bounds of every run recomputed in 64 bits at each step were half of the loop's
-// instructions.)
+// An operand as the pipeline reads it: a `Run` is what a thread holds in registers for
+// kRunHalves (8 or 16) consecutive halves of one tile row (raw as loaded: FP16, or codes and a
+// block scale). A thread moves the same rows of the tile at every step, at one column of the
+// step, kBK columns further on each time (RunLayout); so a side resolves each row once a tile:
+// At(row) gives its `Cursor`, an int (where the row starts), and Fetch(cursor, k, in_k) loads the
+// run at column k of it, zeros where in_k (k < K) is false; Stash(run, dst) writes its halves to
+// 16-byte aligned shared memory. A tile row past the operand's rows may read any row of it: the
+// epilogue drops what it computes. (The addresses and bounds of every run recomputed in 64 bits
+// at each step were half of the loop's instructions.)
 //
 // FP16 rows at `base`: the cursor is a row's offset in halves (below 2³¹).
 struct HalfRun {
+  static constexpr int kHalves = 8;
   uint4 v;
 };
 __device__ __forceinline__ HalfRun FetchHalfRun(const __half* base, int row, int k, bool in_k) {
@@ -102,6 +99,18 @@ struct AllRows {
 struct FirstRows {
   int n;
   __device__ bool Has(int row) const { return row < n; }
+};
+
+// Where a thread's runs of one operand (kRows rows of the tile, kHalves-half runs) lie in a step:
+// kPerRow threads read a row's 2·kBK bytes, and run i of a thread is row row0 + i · kPass, all at
+// one column.
+template <typename Shape, int kRows, int kHalves>
+struct RunLayout {
+  static constexpr int kPerRow = Shape::kBK / kHalves, kPass = Shape::kThreads / kPerRow;
+  static constexpr int kRuns = kRows / kPass;
+  static_assert(Shape::kThreads % kPerRow == 0 && kRows % kPass == 0, "every thread moves whole runs");
+  int row0, col;
+  __device__ explicit RunLayout(int tid) : row0(tid / kPerRow), col((tid % kPerRow) * kHalves) {}
 };
 
 // Runs the tile over K (a multiple of 8, below 2³¹). a and b as above, rows within the tile.
@@ -123,41 +132,40 @@ __device__ __forceinline__ void PipelinedTile(PipelineShared<Shape>& s, int64_t 
 #pragma unroll
     for (int j = 0; j < kFN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
-  // Run i of a thread is row tid / kRunsRow + i · kPass of the step, columns (tid % kRunsRow) ·
-  // 8: kRunsRow threads read a row's 2·kBK bytes, and a thread's runs all lie at one column.
-  constexpr int kRow = Shape::kRunsRow, kPass = Shape::kThreads / kRow;
-  static_assert(Shape::kThreads % kRow == 0, "a thread's runs at one column");
-  const int row0 = tid / kRow, col = (tid % kRow) * 8, K32 = static_cast<int>(K);
-  int ca[Shape::kRunsA], cb[Shape::kRunsB];
+  using LayoutA = RunLayout<Shape, Shape::kBM, SideA::Run::kHalves>;
+  using LayoutB = RunLayout<Shape, Shape::kBN, SideB::Run::kHalves>;
+  const LayoutA la(tid);
+  const LayoutB lb(tid);
+  const int K32 = static_cast<int>(K);
+  int ca[LayoutA::kRuns], cb[LayoutB::kRuns];
 #pragma unroll
-  for (int i = 0; i < Shape::kRunsA; ++i) ca[i] = a.At(row0 + i * kPass);
+  for (int i = 0; i < LayoutA::kRuns; ++i) ca[i] = a.At(la.row0 + i * LayoutA::kPass);
 #pragma unroll
-  for (int i = 0; i < Shape::kRunsB; ++i) cb[i] = b.At(row0 + i * kPass);
-  typename SideA::Run ra[Shape::kRunsA];
-  typename SideB::Run rb[Shape::kRunsB];
+  for (int i = 0; i < LayoutB::kRuns; ++i) cb[i] = b.At(lb.row0 + i * LayoutB::kPass);
+  typename SideA::Run ra[LayoutA::kRuns];
+  typename SideB::Run rb[LayoutB::kRuns];
   // Every step but a last one past K reads whole runs without a bound (a uniform branch).
   auto fetch = [&](int k0) {
-    const int k = k0 + col;
+    const int ka = k0 + la.col, kb = k0 + lb.col;
     if (k0 + kBK <= K32) {
 #pragma unroll
-      for (int i = 0; i < Shape::kRunsA; ++i) ra[i] = a.Fetch(ca[i], k, true);
+      for (int i = 0; i < LayoutA::kRuns; ++i) ra[i] = a.Fetch(ca[i], ka, true);
 #pragma unroll
-      for (int i = 0; i < Shape::kRunsB; ++i) rb[i] = b.Fetch(cb[i], k, true);
+      for (int i = 0; i < LayoutB::kRuns; ++i) rb[i] = b.Fetch(cb[i], kb, true);
     } else {
-      const bool in_k = k < K32;
 #pragma unroll
-      for (int i = 0; i < Shape::kRunsA; ++i) ra[i] = a.Fetch(ca[i], k, in_k);
+      for (int i = 0; i < LayoutA::kRuns; ++i) ra[i] = a.Fetch(ca[i], ka, ka < K32);
 #pragma unroll
-      for (int i = 0; i < Shape::kRunsB; ++i) rb[i] = b.Fetch(cb[i], k, in_k);
+      for (int i = 0; i < LayoutB::kRuns; ++i) rb[i] = b.Fetch(cb[i], kb, kb < K32);
     }
   };
   auto stash = [&](int stage) {
-    __half* const to_a = s.A(stage, row0) + col;
-    __half* const to_b = s.B(stage, row0) + col;
+    __half* const to_a = s.A(stage, la.row0) + la.col;
+    __half* const to_b = s.B(stage, lb.row0) + lb.col;
 #pragma unroll
-    for (int i = 0; i < Shape::kRunsA; ++i) SideA::Stash(ra[i], to_a + i * kPass * kLd);
+    for (int i = 0; i < LayoutA::kRuns; ++i) SideA::Stash(ra[i], to_a + i * LayoutA::kPass * kLd);
 #pragma unroll
-    for (int i = 0; i < Shape::kRunsB; ++i) SideB::Stash(rb[i], to_b + i * kPass * kLd);
+    for (int i = 0; i < LayoutB::kRuns; ++i) SideB::Stash(rb[i], to_b + i * LayoutB::kPass * kLd);
   };
 
   const int steps = static_cast<int>(CeilDivDevice(K, kBK));

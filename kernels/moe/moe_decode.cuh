@@ -44,7 +44,7 @@ __device__ __forceinline__ float E4m3Scaled(uint32_t b) { return __half2float(E4
 // Load<kCols> reads its columns j..j+kCols-1 (kCols 8 or 16, j a multiple of kCols: four or
 // eight bytes of codes and their one block scale) and Dot dots them with kCols FP32 inputs,
 // without the per-expert global scale, which Global gives, and scaled by 1/kUnscale (decode).
-// Tiles reads runs of 8 columns for prefill's WMMA tiles and writes them as FP16, also without it
+// Tiles reads runs of 16 columns for prefill's WMMA tiles and writes them as FP16, also without it
 // (E2M1 × E4M3 has at most 6 significant bits within FP16's normal range, so it is exact).
 // In Dot the codes come as 2⁻¹⁴ and the block scale as 2⁻⁸ times their values. Powers of two
 // change no rounding here (every product and partial sum stays a normal FP32), so times kUnscale
@@ -99,12 +99,14 @@ struct Nvfp4Rows {
     return dot * E4m3Scaled(r.scale);
   }
   // Prefill's tiles: expert e's rows at 32-bit byte offsets into its codes (an expert's N·K/2
-  // bytes stay below 2³¹), a run of 8 columns as loaded (4 bytes of codes and their block scale)
-  // and its 8 halves. Offset(n): where row n starts; Fetch(row, k): the run at its column k. The
-  // scales lie at 1/8 of the codes' offsets (K is a multiple of 16).
+  // bytes stay below 2³¹), a run of 16 columns as loaded (8 bytes of codes and their one block
+  // scale) and its 16 halves. Offset(n): where row n starts; Fetch(row, k): the run at its column
+  // k (a multiple of 16). The scales lie at 1/8 of the codes' offsets (K is a multiple of 16).
   struct Tiles {
+    static constexpr int kHalves = 16;
     struct Run {
-      uint32_t c, scale;
+      uint2 c;
+      uint32_t scale;
     };
     const uint8_t* codes;
     const uint8_t* scales;
@@ -112,7 +114,7 @@ struct Nvfp4Rows {
     __device__ __forceinline__ int Offset(int64_t n) const { return static_cast<int>(n * (K / 2)); }
     __device__ __forceinline__ Run Fetch(int row, int k) const {
       const uint32_t at = static_cast<uint32_t>(row + k / 2);
-      return {__ldg(reinterpret_cast<const uint32_t*>(codes + at)), __ldg(scales + (at >> 3))};
+      return {__ldg(reinterpret_cast<const uint2*>(codes + at)), __ldg(scales + (at >> 3))};
     }
     // Two codes a half2 (E2m1PairBits: 2⁻¹⁴ × their values), times 2¹⁴ and the block scale in FP16:
     // each product is exact (a code has at most 2 significant bits, a scale 4; 2⁻¹⁰ ≤ |value| ≤
@@ -121,16 +123,20 @@ struct Nvfp4Rows {
       // E4m3ScaledHalf is 2⁻⁸ × the scale; times 2⁸ it is the scale, exactly.
       const __half2 scale = __hmul2(__half2half2(E4m3ScaledHalf(r.scale)), __float2half2_rn(256.0f));
       const __half2 unscale = __float2half2_rn(16384.0f);
-      const __half2 v[4] = {E2m1PairBits<0>(r.c), E2m1PairBits<1>(r.c), E2m1PairBits<2>(r.c), E2m1PairBits<3>(r.c)};
-      __half2 o[4];  // codes 0..7 in column order: pair p holds codes p and p + 4
 #pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        const __half2 lo = __hmul2(__hmul2(v[2 * p], unscale), scale),
-                      hi = __hmul2(__hmul2(v[2 * p + 1], unscale), scale);
-        o[p] = __lows2half2(lo, hi);
-        o[p + 2] = __highs2half2(lo, hi);
+      for (int w = 0; w < 2; ++w) {
+        const uint32_t c = w == 0 ? r.c.x : r.c.y;
+        const __half2 v[4] = {E2m1PairBits<0>(c), E2m1PairBits<1>(c), E2m1PairBits<2>(c), E2m1PairBits<3>(c)};
+        __half2 o[4];  // codes 0..7 in column order: pair p holds codes p and p + 4
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {
+          const __half2 lo = __hmul2(__hmul2(v[2 * p], unscale), scale),
+                        hi = __hmul2(__hmul2(v[2 * p + 1], unscale), scale);
+          o[p] = __lows2half2(lo, hi);
+          o[p + 2] = __highs2half2(lo, hi);
+        }
+        reinterpret_cast<uint4*>(out)[w] = *reinterpret_cast<const uint4*>(o);
       }
-      *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(o);
     }
   };
   __device__ __forceinline__ Tiles TilesOf(int64_t e) const {
@@ -173,6 +179,7 @@ struct DenseRows {
   }
   // Prefill's tiles (Nvfp4Rows::Tiles): FP16 runs, rows at offsets in halves.
   struct Tiles {
+    static constexpr int kHalves = 8;
     using Run = uint4;
     const __half* w;
     int64_t K;

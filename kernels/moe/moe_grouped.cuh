@@ -87,6 +87,7 @@ template <typename Rows, bool kSwiGlu>
 struct ExpertColumns {
   using Tiles = typename Rows::Tiles;
   struct Run {
+    static constexpr int kHalves = Tiles::kHalves;
     typename Tiles::Run v;
     bool valid;
   };
@@ -113,7 +114,8 @@ struct ExpertColumns {
     if (r.valid) {
       Tiles::Stash(r.v, dst);
     } else {
-      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int i = 0; i < Tiles::kHalves / 8; ++i) reinterpret_cast<uint4*>(dst)[i] = make_uint4(0, 0, 0, 0);
     }
   }
 };
