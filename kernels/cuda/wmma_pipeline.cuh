@@ -69,14 +69,14 @@ struct PipelineShared {
 };
 
 // An operand as the pipeline reads it: a `Run` is what a thread holds in registers for
-// kRunHalves (8 or 16) consecutive halves of one tile row (raw as loaded: FP16, or codes and a
+// Run::kHalves (8 or 16) consecutive halves of one tile row (raw as loaded: FP16, or codes and a
 // block scale). A thread moves the same rows of the tile at every step, at one column of the
 // step, kBK columns further on each time (RunLayout); so a side resolves each row once a tile:
-// At(row) gives its `Cursor`, an int (where the row starts), and Fetch(cursor, k, in_k) loads the
-// run at column k of it, zeros where in_k (k < K) is false; Stash(run, dst) writes its halves to
-// 16-byte aligned shared memory. A tile row past the operand's rows may read any row of it: the
-// epilogue drops what it computes. (The addresses and bounds of every run recomputed in 64 bits
-// at each step were half of the loop's instructions.)
+// At(row) gives an int cursor (where the row starts), Fetch(cursor, k, in_k) loads the run at
+// column k of that row, zeros where in_k (k < K) is false, and Stash(run, dst) writes its halves
+// to 16-byte aligned shared memory. A tile row past the operand's rows may read any of its rows:
+// the epilogue drops what it computes. (The addresses and bounds of every run recomputed in 64
+// bits at each step were half of the loop's instructions.)
 //
 // FP16 rows at `base`: the cursor is a row's offset in halves (below 2³¹).
 struct HalfRun {
@@ -89,8 +89,8 @@ __device__ __forceinline__ HalfRun FetchHalfRun(const __half* base, int row, int
 __device__ __forceinline__ void StashHalfRun(const HalfRun& r, __half* dst) { *reinterpret_cast<uint4*>(dst) = r.v; }
 
 // Which of A's rows a tile computes. AllRows: every one (the dense GEMM, whose epilogue skips the
-// rows past T; a branch around the step's products, even a uniform
-// one, cost its schedule an eighth: run N2). FirstRows: the first n (a ragged expert tile): a
+// rows past T; a branch around the step's products, even a uniform one, cost its schedule an
+// eighth: run N2). FirstRows: the first n (a ragged expert tile): a
 // warp whose rows all lie past them skips its products, and no slice of rows past them goes to
 // the epilogue. (Skipping single fragment rows inside the step's loop cost a fifth: run N1.)
 struct AllRows {
@@ -113,7 +113,8 @@ struct RunLayout {
   __device__ explicit RunLayout(int tid) : row0(tid / kPerRow), col((tid % kPerRow) * kHalves) {}
 };
 
-// Runs the tile over K (a multiple of 8, below 2³¹). a and b as above, rows within the tile.
+// Runs the tile over K (below 2³¹; a multiple of a side's run where its Fetch reads whole runs:
+// in_k only says where a run starts). a and b as above, rows within the tile.
 // Then, for each warp's fragment row i and fragment column pair (j, j + 1), the slice of 16 rows
 // × 32 columns of C (FP32, kOutLd floats a row) at tile row m and column n goes to
 // epilogue(slice, m, n, lane), by the warp's 32 lanes together. `rows` says which of A's rows
