@@ -103,8 +103,8 @@ struct Nvfp4Rows {
   // scale) and its 16 halves. Offset(n): where row n starts; Fetch(row, k): the run at its column
   // k (a multiple of 16). The scales lie at 1/8 of the codes' offsets (K is a multiple of 16).
   struct Tiles {
-    static constexpr int kHalves = 16;
     struct Run {
+      static constexpr int kHalves = 16;
       uint2 c;
       uint32_t scale;
     };
@@ -179,13 +179,17 @@ struct DenseRows {
   }
   // Prefill's tiles (Nvfp4Rows::Tiles): FP16 runs, rows at offsets in halves.
   struct Tiles {
-    static constexpr int kHalves = 8;
-    using Run = uint4;
+    struct Run {
+      static constexpr int kHalves = 8;
+      uint4 v;
+    };
     const __half* w;
     int64_t K;
     __device__ __forceinline__ int Offset(int64_t n) const { return static_cast<int>(n * K); }
-    __device__ __forceinline__ Run Fetch(int row, int k) const { return __ldg(reinterpret_cast<const uint4*>(w + static_cast<uint32_t>(row + k))); }
-    __device__ __forceinline__ static void Stash(const Run& r, __half* out) { *reinterpret_cast<uint4*>(out) = r; }
+    __device__ __forceinline__ Run Fetch(int row, int k) const {
+      return {__ldg(reinterpret_cast<const uint4*>(w + static_cast<uint32_t>(row + k)))};
+    }
+    __device__ __forceinline__ static void Stash(const Run& r, __half* out) { *reinterpret_cast<uint4*>(out) = r.v; }
   };
   __device__ __forceinline__ Tiles TilesOf(int64_t e) const { return {w + e * N * K, K}; }
 };

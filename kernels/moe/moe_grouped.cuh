@@ -86,11 +86,7 @@ struct PairRows {
 template <typename Rows, bool kSwiGlu>
 struct ExpertColumns {
   using Tiles = typename Rows::Tiles;
-  struct Run {
-    static constexpr int kHalves = Tiles::kHalves;
-    typename Tiles::Run v;
-    bool valid;
-  };
+  using Run = typename Tiles::Run;
   Tiles tiles;
   int64_t N, n0;  // n0: the tile's first intermediate index (kSwiGlu) or output row
   __device__ __forceinline__ int At(int c) const {
@@ -104,20 +100,9 @@ struct ExpertColumns {
     }
     return tiles.Offset(n);
   }
-  __device__ __forceinline__ Run Fetch(int row, int k, bool in_k) const {
-    Run r{};
-    r.valid = in_k;  // K is a multiple of 16: a run is inside K or past it
-    if (r.valid) r.v = tiles.Fetch(row, k);
-    return r;
-  }
-  __device__ __forceinline__ static void Stash(const Run& r, __half* dst) {
-    if (r.valid) {
-      Tiles::Stash(r.v, dst);
-    } else {
-#pragma unroll
-      for (int i = 0; i < Tiles::kHalves / 8; ++i) reinterpret_cast<uint4*>(dst)[i] = make_uint4(0, 0, 0, 0);
-    }
-  }
+  // Past K a run is all zero codes and a zero scale, which dequantize to zeros.
+  __device__ __forceinline__ Run Fetch(int row, int k, bool in_k) const { return in_k ? tiles.Fetch(row, k) : Run{}; }
+  __device__ __forceinline__ static void Stash(const Run& r, __half* dst) { Tiles::Stash(r, dst); }
 };
 
 // One tile of Shape::kBM slots of one expert (blockIdx.y: the tile in GroupPairsKernel's
