@@ -73,8 +73,8 @@ struct PipelineShared {
 // block scale). A thread moves the same rows of the tile at every step, at one column of the
 // step, kBK columns further on each time (RunLayout); so a side resolves each row once a tile:
 // At(row) gives an int cursor (where the row starts), Fetch(cursor, k, in_k) loads the run at
-// column k of that row, zeros where in_k (k < K) is false, and Stash(run, dst) writes its halves
-// to 16-byte aligned shared memory. A tile row past the operand's rows may read any of its rows:
+// column k of that row, zeros where in_k (k < K) is false (a side may bound each element
+// itself), and Stash(run, dst) writes its halves to 16-byte aligned shared memory. A tile row past the operand's rows may read any of its rows:
 // the epilogue drops what it computes. (The addresses and bounds of every run recomputed in 64
 // bits at each step were half of the loop's instructions.)
 //

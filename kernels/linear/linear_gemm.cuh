@@ -30,7 +30,8 @@ struct DenseSide {
   __device__ __forceinline__ static void Stash(const Run& r, __half* dst) { StashHalfRun(r, dst); }
 };
 
-// The same element by element, zeros past K: any K, any alignment.
+// The same element by element, zeros past K (it bounds each element and ignores in_k): any K
+// below LaunchTiled's bound, any alignment.
 struct ScalarSide {
   using Run = HalfRun;
   const __half* first;

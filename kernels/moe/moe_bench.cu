@@ -277,10 +277,10 @@ std::string GroupedGemms(Bench& b, const Nvfp4& gate_up, const Nvfp4& down, cons
   const int64_t pairs = T * kTopK, tiles = cuda::moe_grouped::TileBound(pairs, kExperts, Shape::kBM);
   cuda::moe_grouped::LaunchGroupPairs(idx, pairs, kExperts, Shape::kBM, s.groups, b.stream());
   const Timing g = b.Graph(iters, [&](int, cudaStream_t st) {
-    cuda::moe_grouped::LaunchGateUp<Shape>(h, gate_up, s.groups, s.act, kTopK, kExperts, tiles, st);
+    cuda::moe_grouped::LaunchGateUp<Shape>(h, gate_up, s.groups, s.act, pairs, kTopK, kExperts, tiles, st);
   });
   const Timing d = b.Graph(iters, [&](int, cudaStream_t st) {
-    cuda::moe_grouped::LaunchDown<Shape>(s.act, down, s.groups, s.pair_out, kExperts, tiles, st);
+    cuda::moe_grouped::LaunchDown<Shape>(s.act, down, s.groups, s.pair_out, pairs, kExperts, tiles, st);
   });
   const double flops = 2.0 * pairs * down.K * down.N;  // down's; gate/up's is twice it
   return absl::StrFormat("%.0f (%.1f) | %.0f (%.1f)", g.median_us, 2 * flops / (g.median_us * 1e6), d.median_us,

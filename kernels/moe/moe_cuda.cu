@@ -150,14 +150,9 @@ void RunGrouped(const __half* h, const int32_t* idx, const Rows& gate_up, const 
                 int64_t pairs, int64_t k, int64_t E, cudaStream_t stream) {
   const int64_t tiles = moe_grouped::TileBound(pairs, E, Shape::kBM);
   CHECK_LE(tiles, 65535) << "too many expert tiles for one grid";
-  // The tiles address rows of x, act and an expert's weights by 32-bit offsets.
-  constexpr int64_t kOffsets = int64_t{1} << 31;
-  CHECK(pairs * gate_up.K < kOffsets && pairs * down.K < kOffsets && gate_up.N * gate_up.K < kOffsets &&
-        down.N * down.K < kOffsets)
-      << "expert operands too large for the grouped route";
   moe_grouped::LaunchGroupPairs(idx, pairs, E, Shape::kBM, s.groups, stream);
-  moe_grouped::LaunchGateUp<Shape>(h, gate_up, s.groups, s.act, k, E, tiles, stream);
-  moe_grouped::LaunchDown<Shape>(s.act, down, s.groups, s.pair_out, E, tiles, stream);
+  moe_grouped::LaunchGateUp<Shape>(h, gate_up, s.groups, s.act, pairs, k, E, tiles, stream);
+  moe_grouped::LaunchDown<Shape>(s.act, down, s.groups, s.pair_out, pairs, E, tiles, stream);
 }
 
 template <typename Rows>

@@ -98,10 +98,11 @@ struct Nvfp4Rows {
     }
     return dot * E4m3Scaled(r.scale);
   }
-  // Prefill's tiles: expert e's rows at 32-bit byte offsets into its codes (an expert's N·K/2
-  // bytes stay below 2³¹), a run of 16 columns as loaded (8 bytes of codes and their one block
-  // scale) and its 16 halves. Offset(n): where row n starts; Fetch(row, k): the run at its column
-  // k (a multiple of 16). The scales lie at 1/8 of the codes' offsets (K is a multiple of 16).
+  // Prefill's tiles: expert e's rows at 32-bit byte offsets into its codes (the launches check
+  // that an expert's N·K/2 bytes fit), a run of 16 columns as loaded (8 bytes of codes and their
+  // one block scale) and its 16 halves. Offset(n): the byte cursor where row n starts; Fetch(row,
+  // k): the run at column k (a multiple of 16) of the row at that cursor. The scales lie at 1/8 of
+  // the codes' offsets (K is a multiple of 16).
   struct Tiles {
     struct Run {
       static constexpr int kHalves = 16;

@@ -175,11 +175,16 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
   });
 }
 
+// The tiles address rows of x and act, and an expert's weight rows, by 32-bit offsets.
+inline constexpr int64_t kMaxOffsets = int64_t{1} << 31;
+
 // gate/up with SiLU·up into act [pairs, I], and down into pair_out [pairs, H] in FP32, on one
 // tile shape; `groups` from LaunchGroupPairs with tile_rows = Shape::kBM, `tiles` its TileBound.
 template <typename Shape, typename Rows>
-void LaunchGateUp(const __half* h, const Rows& gate_up, const int32_t* groups, __half* act, int64_t k, int64_t E,
-                  int64_t tiles, cudaStream_t stream) {
+void LaunchGateUp(const __half* h, const Rows& gate_up, const int32_t* groups, __half* act, int64_t pairs, int64_t k,
+                  int64_t E, int64_t tiles, cudaStream_t stream) {
+  CHECK(CeilDiv(pairs, k) * gate_up.K < kMaxOffsets && gate_up.N * gate_up.K < kMaxOffsets)
+      << "gate/up operands too large for the grouped route";
   const auto kernel = GroupedExpertKernel<Shape, Rows, true>;
   AllowShared<Shape>(kernel);
   kernel<<<dim3(CeilDiv(gate_up.N / 2, Shape::kBN / 2), tiles), Shape::kThreads, Shape::kSharedBytes, stream>>>(
@@ -187,8 +192,9 @@ void LaunchGateUp(const __half* h, const Rows& gate_up, const int32_t* groups, _
   Q38_CUDA_LAUNCHED();
 }
 template <typename Shape, typename Rows>
-void LaunchDown(const __half* act, const Rows& down, const int32_t* groups, float* pair_out, int64_t E, int64_t tiles,
-                cudaStream_t stream) {
+void LaunchDown(const __half* act, const Rows& down, const int32_t* groups, float* pair_out, int64_t pairs, int64_t E,
+                int64_t tiles, cudaStream_t stream) {
+  CHECK(pairs * down.K < kMaxOffsets && down.N * down.K < kMaxOffsets) << "down operands too large for the grouped route";
   const auto kernel = GroupedExpertKernel<Shape, Rows, false>;
   AllowShared<Shape>(kernel);
   kernel<<<dim3(CeilDiv(down.N, Shape::kBN), tiles), Shape::kThreads, Shape::kSharedBytes, stream>>>(
