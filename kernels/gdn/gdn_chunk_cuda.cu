@@ -1,7 +1,5 @@
 #include <mma.h>
 
-#include <type_traits>
-
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/gdn/gdn_chunk_cuda.h"
@@ -55,24 +53,13 @@ struct ChunkRows {
     }
   }
 
-  // Into dst [C][ld] as FP16 or FP32, 16 bytes a store (dst and ld keep every row 16-byte aligned):
-  // eight scalar stores a thread, lanes 8 words apart, met 4-way bank conflicts.
-  template <typename Out>
-  __device__ __forceinline__ void Store(Out* dst, int ld) const {
+  // Into dst [C][ld], 16 bytes a store (dst and ld keep every row 16-byte aligned).
+  __device__ __forceinline__ void Store(__half* dst, int ld) const {
 #pragma unroll
     for (int n = 0; n < kPer; ++n) {
       const int idx = threadIdx.x + n * kThreads, i = idx / (kDk / 8), c = idx % (kDk / 8) * 8;
       if (idx >= kVecs) break;
-      if constexpr (std::is_same_v<Out, __half>) {
-        *reinterpret_cast<uint4*>(dst + i * ld + c) = u[n];
-      } else {
-        const __half2* h = reinterpret_cast<const __half2*>(&u[n]);
-        const float2 a = __half22float2(h[0]), b = __half22float2(h[1]), x = __half22float2(h[2]),
-                     y = __half22float2(h[3]);
-        float4* row = reinterpret_cast<float4*>(dst + i * ld + c);
-        row[0] = make_float4(a.x, a.y, b.x, b.y);
-        row[1] = make_float4(x.x, x.y, y.x, y.y);
-      }
+      *reinterpret_cast<uint4*>(dst + i * ld + c) = u[n];
     }
   }
 };
@@ -162,55 +149,103 @@ __global__ void __launch_bounds__(kPrepWarps * kWarp)
   }
 }
 
-// Floats of the state kernel's shared memory: the state tile [dk][33], normalized q and k
-// [C][dk+4] (float4 rows), T and P [C][C+1], R and then Δ [C][33], e^Γ, β and e^{Γlast−Γ} [C].
-constexpr int64_t StateSmemFloats(int64_t dk) {
-  return dk * (kCols + 1) + 2 * kGdnChunk * (dk + 4) + 2 * kGdnChunk * (kGdnChunk + 1) +
-         kGdnChunk * (kCols + 1) + 3 * kGdnChunk;
+// The state kernel's products run on WMMA with FP16 inputs and FP32 sums. Its FP32 operands (the
+// state S and Δ) enter as two FP16 parts, x ≈ hi + lo·2⁻¹¹ with hi = fp16(x) and lo =
+// fp16((x − hi)·2¹¹), and a product as two (K·hi and K·lo, the second scaled back): 22 of FP32's
+// 24 significant bits, where one FP16 part would keep 11. K and Q enter raw (their FP16 rows are
+// exact); their norms scale the products' rows afterwards.
+constexpr float kLoScale = 2048.0f;
+
+__device__ __forceinline__ void SplitHalves(float x, __half* hi, __half* lo) {
+  const __half h = __float2half_rn(x);
+  *hi = h;
+  *lo = __float2half_rn((x - __half2float(h)) * kLoScale);
 }
 
-// Warps of a state block: 16 at the model's dk (two chunk rows and dk/16 state rows a thread,
-// so that four warps a scheduler hide each other's shared-memory latency), fewer for small dk,
-// whose state rows move as float4. Two blocks an SM, so TP1's 192 blocks run in one wave: at
-// dk = 128 that holds a thread to 64 registers, with 64 bytes spilled (8 warps spill nothing but
-// were slower at TP2 and TP4, run M2).
+// Warps of a state block: one a 16×16 tile of the block's state slice [dk × 32 columns], whose
+// accumulator fragment holds that tile between chunks.
 template <int kDk>
-constexpr int kStateWarps = kDk >= 64 ? 16 : kDk / 4;
+constexpr int kStateWarps = kDk / 8;
 
-// The chunks in order, the state carried between them: block (value head j, 32 value columns);
-// thread (warp w of W, lane l) keeps state rows [w·dk/W, (w+1)·dk/W) of column l in registers and
-// computes chunk rows i = w + W·n. Per chunk, with T and P from the prep,
-//   R = diag(β)(V − e^Γ K S₀),  Δ = T R,  O = e^Γ Q S₀ + P Δ,  S = e^{Γlast} S₀ + Kᵀ diag(e^{Γlast−Γ}) Δ.
-// The next chunk's rows, tiles and values are loaded into registers while this one computes.
-// Every exponent is ≤ 0; FP32 throughout.
+// K S and Q S split their dk-long sums over this many warps at the model's dk (16 warps, 8 tiles).
+template <int kDk>
+constexpr int kKSplit = kStateWarps<kDk> >= 16 ? 2 : 1;
+
+// The state kernel's shared memory: leading dimensions (halves a multiple of 8, floats of 4, so
+// that every WMMA tile starts 32 bytes aligned) and the byte offsets of its arrays, in order.
+template <int kDk>
+struct StateSmem {
+  static constexpr int kLdH = kDk + 8, kLdS = kCols + 8, kLdF = kCols + 4, kLd1 = kGdnChunk + 1;
+  // raw q and k rows [C][kLdH] half; S as matrix_b, hi and lo [dk][kLdS] half
+  static constexpr int kQh = 0, kKh = kQh + kGdnChunk * kLdH * 2, kShi = kKh + kGdnChunk * kLdH * 2,
+                       kSlo = kShi + kDk * kLdS * 2;
+  // S staged as FP32 [dk][kLdF] at a chunk's start, then K S and Q S partial sums [split][2][C][kLdF]
+  static constexpr int kSfFloats = kDk * kLdF, kKqFloats = kKSplit<kDk> * 2 * kGdnChunk * kLdF;
+  static constexpr int kU = kSlo + kDk * kLdS * 2;
+  // T and P [C][kLd1], R and Δ [C][kLd1], Δ' as matrix_b hi and lo [C][kLdS] half, e^Γ, β,
+  // e^{Γlast−Γ} and the q and k norms [C]
+  static constexpr int kT = kU + (kSfFloats > kKqFloats ? kSfFloats : kKqFloats) * 4, kP = kT + kGdnChunk * kLd1 * 4,
+                       kR = kP + kGdnChunk * kLd1 * 4, kD = kR + kGdnChunk * kLd1 * 4, kDhi = kD + kGdnChunk * kLd1 * 4,
+                       kDlo = kDhi + kGdnChunk * kLdS * 2, kVec = kDlo + kGdnChunk * kLdS * 2;
+  static constexpr int kBytes = kVec + 5 * kGdnChunk * 4;
+  static_assert(kQh % 32 == 0 && kKh % 32 == 0 && kShi % 32 == 0 && kSlo % 32 == 0 && kU % 32 == 0 &&
+                    kDhi % 32 == 0 && kDlo % 32 == 0,
+                "WMMA tiles start 32 bytes aligned");
+};
+
+// The chunks in order, the state carried between them: block (value head j, 32 value columns),
+// warp w holding the state tile (rows 16·(w/2), columns 16·(w%2)) in an accumulator fragment.
+// Per chunk, with T and P from the prep and K̂ = diag(kn) K, Q̂ = diag(qn) Q,
+//   R = diag(β)(V − e^Γ K̂ S₀),  Δ = T R,  O = e^Γ Q̂ S₀ + P Δ,  S = e^{Γlast} S₀ + K̂ᵀ diag(e^{Γlast−Γ}) Δ:
+// K S₀, Q S₀ and the state's update on WMMA (above), T R and P Δ in FP32 on a (chunk row, column)
+// per thread. The next chunk's rows, tiles and values are loaded into registers while this one
+// computes. Every exponent is ≤ 0.
 template <int kDk>
 __global__ void __launch_bounds__(kStateWarps<kDk> * kWarp, 2)
     GdnChunkStateKernel(const __half* __restrict__ qkv, const float* __restrict__ beta, const float* __restrict__ g,
                         const float* __restrict__ tp, float* state, __half* __restrict__ o, int64_t T, int64_t Hk,
                         int64_t Hv, int64_t dv) {
-  constexpr int kW = kStateWarps<kDk>, kThreads = kW * kWarp;
-  constexpr int kRows = kDk / kW, kLd = kDk + 4, kSld = kCols + 1, kTld = kGdnChunk + 1;
+  using L = StateSmem<kDk>;
+  constexpr int kW = kStateWarps<kDk>, kThreads = kW * kWarp, kSplit = kKSplit<kDk>;
   constexpr int kPer = kGdnChunk / kW, kTilePer = 2 * kTile / kThreads;
-  static_assert(kRows % 4 == 0, "state rows move as float4");
-  static_assert(2 * kTile % kThreads == 0, "the tiles split evenly");
-  extern __shared__ float4 smem4[];
-  float* S = reinterpret_cast<float*>(smem4);  // [kDk][kSld]
-  float* Qs = S + kDk * kSld;                   // [C][kLd], 16-byte aligned: dk is a multiple of 16
-  float* Ks = Qs + kGdnChunk * kLd;             // [C][kLd]
-  float* Tm = Ks + kGdnChunk * kLd;             // [C][kTld], then P [C][kTld]
-  float* Pm = Tm + kGdnChunk * kTld;
-  float* D = Pm + kGdnChunk * kTld;             // [C][kSld]
-  float* Eg = D + kGdnChunk * kSld;             // [C]
-  float* Bt = Eg + kGdnChunk;                   // [C]
-  float* Wd = Bt + kGdnChunk;                   // [C]
+  static_assert(2 * kTile % kThreads == 0 && kGdnChunk % kW == 0, "the tiles and chunk rows split evenly");
+  extern __shared__ __align__(128) unsigned char smem[];
+  __half* Qh = reinterpret_cast<__half*>(smem + L::kQh);
+  __half* Kh = reinterpret_cast<__half*>(smem + L::kKh);
+  __half* Shi = reinterpret_cast<__half*>(smem + L::kShi);
+  __half* Slo = reinterpret_cast<__half*>(smem + L::kSlo);
+  float* Sf = reinterpret_cast<float*>(smem + L::kU);  // the S stage and the K S, Q S sums share it
+  float* Kq = Sf;
+  float* Tm = reinterpret_cast<float*>(smem + L::kT);
+  float* Pm = reinterpret_cast<float*>(smem + L::kP);
+  float* R = reinterpret_cast<float*>(smem + L::kR);
+  float* D = reinterpret_cast<float*>(smem + L::kD);
+  __half* Dhi = reinterpret_cast<__half*>(smem + L::kDhi);
+  __half* Dlo = reinterpret_cast<__half*>(smem + L::kDlo);
+  float* Eg = reinterpret_cast<float*>(smem + L::kVec);
+  float* Bt = Eg + kGdnChunk;
+  float* Wd = Bt + kGdnChunk;
+  float* Qn = Wd + kGdnChunk;
+  float* Kn = Qn + kGdnChunk;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int ti = warp / 2, tj = warp % 2;  // the warp's state tile
   const int64_t j = blockIdx.x, col = static_cast<int64_t>(blockIdx.y) * kCols + lane;
   const bool live = col < dv;
   const int64_t kh = j / (Hv / Hk), width = 2 * Hk * kDk + Hv * dv, vcol = 2 * Hk * kDk + j * dv + col;
   float* Sg = state + j * kDk * dv;
-  float s[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) s[r] = live ? Sg[(warp * kRows + r) * dv + col] : 0.0f;
+
+  using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+  using RowA = wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major>;
+  using ColA = wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::col_major>;
+  using RowB = wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major>;
+  Acc s;
+  for (int e = threadIdx.x; e < kDk * kCols; e += kThreads) {
+    const int r = e / kCols, c = e % kCols;
+    const int64_t gc = static_cast<int64_t>(blockIdx.y) * kCols + c;
+    Sf[r * L::kLdF + c] = gc < dv ? Sg[r * dv + gc] : 0.0f;
+  }
+  __syncthreads();
+  wmma::load_matrix_sync(s, Sf + 16 * ti * L::kLdF + 16 * tj, L::kLdF, wmma::mem_row_major);
 
   // A chunk's inputs in registers (rows past T zero, with g = β = 0: they change nothing).
   ChunkRows<kDk, kThreads> q, k;
@@ -237,97 +272,126 @@ __global__ void __launch_bounds__(kStateWarps<kDk> * kWarp, 2)
   load(0);
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const int64_t c0 = chunk * kGdnChunk;
-    q.Store(Qs, kLd);
-    k.Store(Ks, kLd);
+    q.Store(Qh, L::kLdH);
+    k.Store(Kh, L::kLdH);
 #pragma unroll
     for (int n = 0; n < kTilePer; ++n) {
       const int idx = threadIdx.x + n * kThreads, r = idx % kTile;
-      Tm[idx / kTile * kGdnChunk * kTld + r / kGdnChunk * kTld + r % kGdnChunk] = tiles[n];
+      (idx < kTile ? Tm : Pm)[r / kGdnChunk * L::kLd1 + r % kGdnChunk] = tiles[n];
     }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) S[(warp * kRows + r) * kSld + lane] = s[r];
     if (warp == 0) {
       const float cum = WarpPrefixSum(gl, lane);
       Eg[lane] = expf(cum);
       Bt[lane] = bl;
       Wd[lane] = expf(__shfl_sync(0xffffffffu, cum, kGdnChunk - 1) - cum);
     }
+    // The warp's state tile through its own part of the stage into S's two halves.
+    {
+      float* tile = Sf + 16 * ti * L::kLdF + 16 * tj;
+      wmma::store_matrix_sync(tile, s, L::kLdF, wmma::mem_row_major);
+      __syncwarp();
+      for (int e = lane; e < 256; e += kWarp) {
+        const int r = 16 * ti + e / 16, c = 16 * tj + e % 16;
+        SplitHalves(tile[e / 16 * L::kLdF + e % 16], &Shi[r * L::kLdS + c], &Slo[r * L::kLdS + c]);
+      }
+    }
     float vc[kPer];
 #pragma unroll
     for (int n = 0; n < kPer; ++n) vc[n] = v[n];
     __syncthreads();
     if (chunk + 1 < chunks) load(chunk + 1);
+    // The rows' norms, summed as the prep sums them (the same FP16 rows), so P agrees bit for bit.
     for (int i = warp; i < kGdnChunk; i += kW) {
-      const float qn = QNorm(RowSumSquares(Qs + i * kLd, kDk, lane), kDk);
-      const float kn = KNorm(RowSumSquares(Ks + i * kLd, kDk, lane));
-      for (int c = lane; c < kDk; c += kWarp) {
-        Qs[i * kLd + c] *= qn;
-        Ks[i * kLd + c] *= kn;
+      const float qn = QNorm(RowSumSquares(Qh + i * L::kLdH, kDk, lane), kDk);
+      const float kn = KNorm(RowSumSquares(Kh + i * L::kLdH, kDk, lane));
+      if (lane == 0) {
+        Qn[i] = qn;
+        Kn[i] = kn;
       }
+    }
+    // K S₀ and Q S₀, [C × 32] each: 8 tiles, each summed over dk / kSplit rows of S by one warp.
+    for (int item = warp; item < 8 * kSplit; item += kW) {
+      const int f = item % 8, h = item / 8, which = f / 4, fi = f % 4 / 2, fj = f % 2;
+      const __half* a = (which == 0 ? Kh : Qh) + 16 * fi * L::kLdH;
+      Acc hi, lo;
+      wmma::fill_fragment(hi, 0.0f);
+      wmma::fill_fragment(lo, 0.0f);
+#pragma unroll
+      for (int k0 = h * kDk / kSplit; k0 < (h + 1) * kDk / kSplit; k0 += 16) {
+        RowA fa;
+        RowB bh, bl2;
+        wmma::load_matrix_sync(fa, a + k0, L::kLdH);
+        wmma::load_matrix_sync(bh, Shi + k0 * L::kLdS + 16 * fj, L::kLdS);
+        wmma::load_matrix_sync(bl2, Slo + k0 * L::kLdS + 16 * fj, L::kLdS);
+        wmma::mma_sync(hi, fa, bh, hi);
+        wmma::mma_sync(lo, fa, bl2, lo);
+      }
+#pragma unroll
+      for (int e = 0; e < hi.num_elements; ++e) hi.x[e] += lo.x[e] * (1.0f / kLoScale);
+      wmma::store_matrix_sync(Kq + ((h * 2 + which) * kGdnChunk + 16 * fi) * L::kLdF + 16 * fj, hi, L::kLdF,
+                              wmma::mem_row_major);
     }
     __syncthreads();
-    // K S₀ and Q S₀ on the thread's rows; R into D, e^Γ Q S₀ kept.
-    float ks[kPer] = {}, qs[kPer] = {};
-#pragma unroll 4
-    for (int c = 0; c < kDk; c += 4) {
-      float sv[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) sv[u] = S[(c + u) * kSld + lane];
-#pragma unroll
-      for (int n = 0; n < kPer; ++n) {
-        const int i = warp + kW * n;
-        const float4 kq = *reinterpret_cast<const float4*>(Ks + i * kLd + c);
-        const float4 qq = *reinterpret_cast<const float4*>(Qs + i * kLd + c);
-        ks[n] += kq.x * sv[0] + kq.y * sv[1] + kq.z * sv[2] + kq.w * sv[3];
-        qs[n] += qq.x * sv[0] + qq.y * sv[1] + qq.z * sv[2] + qq.w * sv[3];
-      }
-    }
+    // R into R, e^Γ Q̂ S₀ kept: thread (w, lane) takes chunk rows i = w + kW·n, column lane.
+    float qs[kPer];
 #pragma unroll
     for (int n = 0; n < kPer; ++n) {
       const int i = warp + kW * n;
-      D[i * kSld + lane] = Bt[i] * (vc[n] - Eg[i] * ks[n]);
-      qs[n] *= Eg[i];
+      float ks = 0, qq = 0;
+#pragma unroll
+      for (int h = 0; h < kSplit; ++h) {
+        ks += Kq[((h * 2) * kGdnChunk + i) * L::kLdF + lane];
+        qq += Kq[((h * 2 + 1) * kGdnChunk + i) * L::kLdF + lane];
+      }
+      R[i * L::kLd1 + lane] = Bt[i] * (vc[n] - Eg[i] * (Kn[i] * ks));
+      qs[n] = Eg[i] * (Qn[i] * qq);
     }
     __syncthreads();
-    float d[kPer];
 #pragma unroll
     for (int n = 0; n < kPer; ++n) {
       const int i = warp + kW * n;
       float acc = 0;
-      for (int m = 0; m <= i; ++m) acc += Tm[i * kTld + m] * D[m * kSld + lane];
-      d[n] = acc;
+      for (int m = 0; m <= i; ++m) acc += Tm[i * L::kLd1 + m] * R[m * L::kLd1 + lane];
+      D[i * L::kLd1 + lane] = acc;
     }
     __syncthreads();
-#pragma unroll
-    for (int n = 0; n < kPer; ++n) D[(warp + kW * n) * kSld + lane] = d[n];
-    __syncthreads();
+    // O, and Δ' = diag(kn e^{Γlast−Γ}) Δ in two halves for the state's update.
 #pragma unroll
     for (int n = 0; n < kPer; ++n) {
       const int i = warp + kW * n;
       float out = qs[n];
-      for (int m = 0; m <= i; ++m) out += Pm[i * kTld + m] * D[m * kSld + lane];
+      for (int m = 0; m <= i; ++m) out += Pm[i * L::kLd1 + m] * D[m * L::kLd1 + lane];
       if (c0 + i < T && live) o[(c0 + i) * Hv * dv + j * dv + col] = __float2half(out);
+      SplitHalves(Wd[i] * Kn[i] * D[i * L::kLd1 + lane], &Dhi[i * L::kLdS + lane], &Dlo[i * L::kLdS + lane]);
     }
-    const float last = Eg[kGdnChunk - 1];
+    __syncthreads();
+    // S = e^{Γlast} S₀ + Kᵀ Δ': the tile's rows of Kᵀ are columns of the raw k rows.
+    {
+      Acc hi, lo;
+      wmma::fill_fragment(hi, 0.0f);
+      wmma::fill_fragment(lo, 0.0f);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) s[r] *= last;
-#pragma unroll 4
-    for (int m = 0; m < kGdnChunk; ++m) {
-      const float dm = Wd[m] * D[m * kSld + lane];
-#pragma unroll
-      for (int r = 0; r < kRows; r += 4) {
-        const float4 kv = *reinterpret_cast<const float4*>(Ks + m * kLd + warp * kRows + r);
-        s[r] += kv.x * dm;
-        s[r + 1] += kv.y * dm;
-        s[r + 2] += kv.z * dm;
-        s[r + 3] += kv.w * dm;
+      for (int m0 = 0; m0 < kGdnChunk; m0 += 16) {
+        ColA fa;
+        RowB bh, bl2;
+        wmma::load_matrix_sync(fa, Kh + 16 * ti + m0 * L::kLdH, L::kLdH);
+        wmma::load_matrix_sync(bh, Dhi + m0 * L::kLdS + 16 * tj, L::kLdS);
+        wmma::load_matrix_sync(bl2, Dlo + m0 * L::kLdS + 16 * tj, L::kLdS);
+        wmma::mma_sync(hi, fa, bh, hi);
+        wmma::mma_sync(lo, fa, bl2, lo);
       }
+      const float last = Eg[kGdnChunk - 1];
+#pragma unroll
+      for (int e = 0; e < s.num_elements; ++e) s.x[e] = last * s.x[e] + (hi.x[e] + lo.x[e] * (1.0f / kLoScale));
     }
     __syncthreads();  // the next chunk restages everything
   }
-  if (live) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) Sg[(warp * kRows + r) * dv + col] = s[r];
+  wmma::store_matrix_sync(Sf + 16 * ti * L::kLdF + 16 * tj, s, L::kLdF, wmma::mem_row_major);
+  __syncthreads();
+  for (int e = threadIdx.x; e < kDk * kCols; e += kThreads) {
+    const int r = e / kCols, c = e % kCols;
+    const int64_t gc = static_cast<int64_t>(blockIdx.y) * kCols + c;
+    if (gc < dv) Sg[r * dv + gc] = Sf[r * L::kLdF + c];
   }
 }
 
@@ -338,8 +402,8 @@ void LaunchGdnChunked(const __half* qkv, const float* beta, const float* g, floa
                       int64_t T, int64_t Hk, int64_t Hv, int64_t dv, cudaStream_t stream) {
   GdnChunkPrepKernel<kDk><<<dim3(static_cast<unsigned>(CeilDiv(T, kGdnChunk)), static_cast<unsigned>(Hk)),
                             kPrepWarps * kWarp, 0, stream>>>(qkv, beta, g, scratch, T, Hk, Hv, dv);
-  constexpr int bytes = static_cast<int>(StateSmemFloats(kDk) * sizeof(float));
-  // dk = 128 needs 62 KB, past the 48 KB a block gets without asking (SM70 allows up to 96 KB).
+  constexpr int bytes = StateSmem<kDk>::kBytes;
+  // dk = 128 needs 77 KB, past the 48 KB a block gets without asking (SM70 allows up to 96 KB).
   Q38_CUDA_CHECK(cudaFuncSetAttribute(GdnChunkStateKernel<kDk>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   const dim3 grid(static_cast<unsigned>(Hv), static_cast<unsigned>(CeilDiv(dv, kCols)));
   GdnChunkStateKernel<kDk><<<grid, kStateWarps<kDk> * kWarp, bytes, stream>>>(qkv, beta, g, scratch, state, o, T, Hk,
