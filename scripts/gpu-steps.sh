@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # One device call's GPU work, step by step, from packed binaries (scripts/pack-gpu-run.sh): each
-# pack .tar.xz is unpacked once, each step's output goes to OUT/logs/NN-NAME.log, and OUT/steps.txt
-# gets one line a step (exit status, seconds). A failing step does not stop the rest.
+# pack .tar.xz is unpacked once, each step's output goes to logs/NN-NAME.log (an ab step's table to
+# ab-BENCH/ab.txt), and OUT/steps.txt gets one line a step (exit status, seconds). A failing step
+# does not stop the rest. The logs live outside OUT and OUT/logs.tgz holds them all, made again
+# after every step: a call brings back only a few files (8), and a call cut short by its limit
+# still brings back every finished step's log.
 # Usage: scripts/gpu-steps.sh OUT STEP...
 #   test:PACK:BIN[:FILTER]   a test binary of the pack (an optional gtest filter)
 #   bench:PACK:BIN[:ARGS]    a bench binary (ARGS split on spaces)
 #   model:PACK[:ARGS]        q38-bench-model, full-size synthetic weights at TP1 (ARGS replace the
 #                            default --prompt_tokens 8192 --decode_tokens 64 --repeats 3)
-#   ab:OLD:NEW:BENCH         scripts/gpu-ab.sh (a bench, then the model, ABAB) into OUT/ab-BENCH
+#   ab:OLD:NEW:BENCH         scripts/gpu-ab.sh (a bench, then the model, ABAB) into ab-BENCH
 # PACK is the path of a pack's .tar.xz, as carried into the call; a slim pack's full pack (its
 # LIBS_FROM) is unpacked from the .tar.xz beside it.
 set -uo pipefail
 out=$1
 shift
 root=/tmp/q38-packs
-mkdir -p "$out/logs" "$root"
+work=$(mktemp -d)
+mkdir -p "$out" "$work/logs" "$root"
 here=$(cd "$(dirname "$0")" && pwd)
 # model_cuda_test reads the trained small model from the checkout (models/small), as CTest tells it.
 export Q38_SOURCE_DIR=${Q38_SOURCE_DIR:-$(dirname "$here")}
@@ -34,7 +38,7 @@ for step in "$@"; do
   IFS=: read -r kind a b c <<< "$step"  # the last field keeps any further colons (gtest filters)
   # The log is named for the binary (test, bench), the pack (model) or the bench (ab).
   case $kind in test|bench) what=$b ;; model) what=$(basename -- "$a" .tar.xz) ;; *) what=$c ;; esac
-  log=$(printf '%s/logs/%02d-%s-%s.log' "$out" "$n" "$kind" "$what")
+  log=$(printf '%s/logs/%02d-%s-%s.log' "$work" "$n" "$kind" "$what")
   start=$(date +%s)
   case $kind in
     test)
@@ -50,11 +54,12 @@ for step in "$@"; do
       LD_LIBRARY_PATH="$dir/lib" timeout 590 "$dir/bin/q38-bench-model" --synthetic release --device cuda --tp 1 \
           ${b:---prompt_tokens 8192 --decode_tokens 64 --repeats 3} > "$log" 2>&1 ;;
     ab)
-      bash "$here/gpu-ab.sh" "$(unpack "$a")" "$(unpack "$b")" "$out/ab-$c" "$c" > "$log" 2>&1 ;;
+      bash "$here/gpu-ab.sh" "$(unpack "$a")" "$(unpack "$b")" "$work/ab-$c" "$c" > "$log" 2>&1 ;;
     *)
       echo "unknown step $step" > "$log"
       false ;;
   esac
   rc=$?
   printf '%02d %-60s exit %d, %d s\n' "$n" "$step" "$rc" "$(($(date +%s) - start))" | tee -a "$out/steps.txt"
+  tar -C "$work" -czf "$out/logs.tgz.part" . && mv "$out/logs.tgz.part" "$out/logs.tgz"
 done
