@@ -74,9 +74,10 @@ struct PipelineShared {
 // step, kBK columns further on each time (RunLayout); so a side resolves each row once a tile:
 // At(row) gives an int cursor (where the row starts), Fetch(cursor, k, in_k) loads the run at
 // column k of that row, zeros where in_k (k < K) is false (a side may bound each element
-// itself), and Stash(run, dst) writes its halves to 16-byte aligned shared memory. A tile row past the operand's rows may read any of its rows:
-// the epilogue drops what it computes. (The addresses and bounds of every run recomputed in 64
-// bits at each step were half of the loop's instructions.)
+// itself), and Stash(run, dst) writes its halves to 16-byte aligned shared memory. A tile row
+// past the operand's rows may read any of its rows: the epilogue drops what it computes. (The
+// addresses and bounds of every run recomputed in 64 bits at each step were half of the loop's
+// instructions.)
 //
 // FP16 rows at `base`: the cursor is a row's offset in halves (below 2³¹).
 struct HalfRun {

@@ -196,7 +196,8 @@ struct StateSmem {
 // The chunks in order, the state carried between them: block (value head j, 32 value columns),
 // warp w holding the state tile (rows 16·(w/2), columns 16·(w%2)) in an accumulator fragment.
 // Per chunk, with T and P from the prep and K̂ = diag(kn) K, Q̂ = diag(qn) Q,
-//   R = diag(β)(V − e^Γ K̂ S₀),  Δ = T R,  O = e^Γ Q̂ S₀ + P Δ,  S = e^{Γlast} S₀ + K̂ᵀ diag(e^{Γlast−Γ}) Δ:
+//   R = diag(β)(V − e^Γ K̂ S₀),  Δ = T R,  O = e^Γ Q̂ S₀ + P Δ,
+//   S = e^{Γlast} S₀ + K̂ᵀ diag(e^{Γlast−Γ}) Δ:
 // K S₀, Q S₀ and the state's update on WMMA (above), T R and P Δ in FP32 on a (chunk row, column)
 // per thread. The next chunk's rows, tiles and values are loaded into registers while this one
 // computes. Every exponent is ≤ 0.

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/wmma_pipeline.cuh"
 #include "kernels/linear/linear_gemv.cuh"
 #include "kernels/moe/moe_cuda.h"
 
@@ -178,19 +179,14 @@ struct DenseRows {
     }
     return dot;
   }
-  // Prefill's tiles (Nvfp4Rows::Tiles): FP16 runs, rows at offsets in halves.
+  // Prefill's tiles (Nvfp4Rows::Tiles): the pipeline's FP16 runs, rows at offsets in halves.
   struct Tiles {
-    struct Run {
-      static constexpr int kHalves = 8;
-      uint4 v;
-    };
+    using Run = HalfRun;
     const __half* w;
     int64_t K;
     __device__ __forceinline__ int Offset(int64_t n) const { return static_cast<int>(n * K); }
-    __device__ __forceinline__ Run Fetch(int row, int k) const {
-      return {__ldg(reinterpret_cast<const uint4*>(w + static_cast<uint32_t>(row + k)))};
-    }
-    __device__ __forceinline__ static void Stash(const Run& r, __half* out) { *reinterpret_cast<uint4*>(out) = r.v; }
+    __device__ __forceinline__ Run Fetch(int row, int k) const { return FetchHalfRun(w, row, k, true); }
+    __device__ __forceinline__ static void Stash(const Run& r, __half* out) { StashHalfRun(r, out); }
   };
   __device__ __forceinline__ Tiles TilesOf(int64_t e) const { return {w + e * N * K, K}; }
 };
