@@ -230,6 +230,16 @@ __global__ void __launch_bounds__(kStateWarps<kDk> * kWarp, 2)
   float* Kn = Qn + kGdnChunk;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int ti = warp / 2, tj = warp % 2;  // the warp's state tile
+  // The warp's n-th chunk row for T R and P Δ, whose row i sums i + 1 terms: rows in mirrored
+  // pairs (w and 2·kW − 1 − w of each 2·kW), so that every warp sums as many terms as the next
+  // (rows w + kW·n left the last warp 48 terms against the first's 18 at kW = 16).
+  const auto chunk_row = [warp](int n) {
+    if constexpr (kPer % 2 == 0) {
+      return 2 * kW * (n / 2) + (n % 2 == 0 ? warp : 2 * kW - 1 - warp);
+    } else {
+      return warp + kW * n;
+    }
+  };
   const int64_t j = blockIdx.x, col = static_cast<int64_t>(blockIdx.y) * kCols + lane;
   const bool live = col < dv;
   const int64_t kh = j / (Hv / Hk), width = 2 * Hk * kDk + Hv * dv, vcol = 2 * Hk * kDk + j * dv + col;
@@ -261,7 +271,7 @@ __global__ void __launch_bounds__(kStateWarps<kDk> * kWarp, 2)
     for (int n = 0; n < kTilePer; ++n) tiles[n] = tile[threadIdx.x + n * kThreads];
 #pragma unroll
     for (int n = 0; n < kPer; ++n) {
-      const int64_t row = c0 + warp + kW * n;
+      const int64_t row = c0 + chunk_row(n);
       v[n] = row < T && live ? __half2float(qkv[row * width + vcol]) : 0.0f;
     }
     if (warp == 0) {
@@ -333,11 +343,11 @@ __global__ void __launch_bounds__(kStateWarps<kDk> * kWarp, 2)
                               wmma::mem_row_major);
     }
     __syncthreads();
-    // R into R, e^Γ Q̂ S₀ kept: thread (w, lane) takes chunk rows i = w + kW·n, column lane.
+    // R into R, e^Γ Q̂ S₀ kept: thread (w, lane) takes chunk rows chunk_row(n), column lane.
     float qs[kPer];
 #pragma unroll
     for (int n = 0; n < kPer; ++n) {
-      const int i = warp + kW * n;
+      const int i = chunk_row(n);
       float ks = 0, qq = 0;
 #pragma unroll
       for (int h = 0; h < kSplit; ++h) {
@@ -350,7 +360,7 @@ __global__ void __launch_bounds__(kStateWarps<kDk> * kWarp, 2)
     __syncthreads();
 #pragma unroll
     for (int n = 0; n < kPer; ++n) {
-      const int i = warp + kW * n;
+      const int i = chunk_row(n);
       float acc = 0;
       for (int m = 0; m <= i; ++m) acc += Tm[i * L::kLd1 + m] * R[m * L::kLd1 + lane];
       D[i * L::kLd1 + lane] = acc;
@@ -359,7 +369,7 @@ __global__ void __launch_bounds__(kStateWarps<kDk> * kWarp, 2)
     // O, and Δ' = diag(kn e^{Γlast−Γ}) Δ in two halves for the state's update.
 #pragma unroll
     for (int n = 0; n < kPer; ++n) {
-      const int i = warp + kW * n;
+      const int i = chunk_row(n);
       float out = qs[n];
       for (int m = 0; m <= i; ++m) out += Pm[i * L::kLd1 + m] * D[m * L::kLd1 + lane];
       if (c0 + i < T && live) o[(c0 + i) * Hv * dv + j * dv + col] = __float2half(out);
