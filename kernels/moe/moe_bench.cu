@@ -26,6 +26,7 @@
 #include <cstring>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -312,7 +313,7 @@ int Run(Bench& b, bool prefill_only) {
       }
       Q38_CUDA_LAUNCHED();
       const cuda::ExpertScratch scratch{act.p, pair_out.p, groups.p};
-      cuda::GroupedTile tile = cuda::kGroupedTiles[0];  // the route's
+      std::optional<cuda::GroupedTile> tile;  // unset: the route's choice
       const bench::Launch call = [&](int i, cudaStream_t st) {
         const int r = i % routings;
         cuda::RoutedExperts(h.p, idx.p + r * T * kTopK, w.p + r * T * kTopK, gate_up.View(I), down.View(kHidden), out.p,
@@ -404,8 +405,10 @@ int Run(Bench& b, bool prefill_only) {
           cuda::moe_grouped::WithTile(t, [&](auto shape) {
             apart = GroupedGemms<decltype(shape)>(b, gu, dn, h.p, idx.p, scratch, T, iters);
           });
-          std::printf("| %d | %lld | %lld | %s | %.0f (%.0f) | | | %.1f | %.1f%% | %s | %016llx%s |\n", tp,
-                      static_cast<long long>(I), static_cast<long long>(T), cuda::GroupedTileName(t), g.median_us,
+          const bool routed = t == cuda::ChooseGroupedTile(T * kTopK, kExperts);
+          std::printf("| %d | %lld | %lld | %s%s | %.0f (%.0f) | | | %.1f | %.1f%% | %s | %016llx%s |\n", tp,
+                      static_cast<long long>(I), static_cast<long long>(T), cuda::GroupedTileName(t),
+                      routed ? " (routed)" : "", g.median_us,
                       e.median_us, flops / (g.median_us * 1e6), 100 * flops / (g.median_us * 1e6) / wmma,
                       apart.c_str(), static_cast<unsigned long long>(got), got == digest ? "" : " MISMATCH");
         }

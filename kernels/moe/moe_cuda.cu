@@ -1,4 +1,5 @@
 #include <cstdint>
+#include <optional>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
@@ -158,10 +159,10 @@ void RunGrouped(const __half* h, const int32_t* idx, const Rows& gate_up, const 
 template <typename Rows>
 void RunExperts(const __half* h, const int32_t* idx, const __half* w, const Rows& gate_up, const Rows& down,
                 __half* out, ExpertScratch s, int64_t T, int64_t k, int64_t E, cudaStream_t stream,
-                GatedShared shared, GroupedTile tile) {
+                GatedShared shared, std::optional<GroupedTile> tile) {
   const int64_t H = down.N, pairs = T * k;
   if (T > kPairwiseMaxTokens) {
-    moe_grouped::WithTile(tile, [&](auto shape) {
+    moe_grouped::WithTile(tile.value_or(ChooseGroupedTile(pairs, E)), [&](auto shape) {
       RunGrouped<decltype(shape)>(h, idx, gate_up, down, s, pairs, k, E, stream);
     });
   } else {
@@ -210,9 +211,13 @@ const char* GroupedTileName(GroupedTile tile) {
   return "?";
 }
 
+GroupedTile ChooseGroupedTile(int64_t pairs, int64_t E) {
+  return pairs >= 128 * E ? GroupedTile::k128x128k64w8 : GroupedTile::k64x128k64w8;
+}
+
 void RoutedExperts(const __half* h, const int32_t* idx, const __half* w, const ExpertProjection& gate_up,
                    const ExpertProjection& down, __half* out, ExpertScratch scratch, int64_t T, int64_t k, int64_t E,
-                   cudaStream_t stream, GatedShared shared, GroupedTile tile) {
+                   cudaStream_t stream, GatedShared shared, std::optional<GroupedTile> tile) {
   CHECK(gate_up.K % 16 == 0 && down.K % 16 == 0) << "expert K must be a multiple of 16";
   CHECK(reinterpret_cast<uintptr_t>(h) % 16 == 0 && reinterpret_cast<uintptr_t>(scratch.act) % 16 == 0)
       << "expert inputs must be 16-byte aligned";

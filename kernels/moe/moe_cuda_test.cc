@@ -186,6 +186,17 @@ TEST(MoeCuda, DecodeKernelsTakeTheModelsShapes) {
       << "a shared gate/up output that is not 16-byte aligned";
 }
 
+// The grouped route takes 128-row tiles where the experts average 128 pairs or more (the model's
+// 8,192-token prefill chunk at any TP: 81,920 pairs over 512 experts), 64 rows below (2,048 tokens).
+// Only the shapes are asked: no GPU needed.
+TEST(MoeCuda, GroupedRouteTakesTallTilesForFullExperts) {
+  EXPECT_EQ(cuda::ChooseGroupedTile(8192 * 10, 512), cuda::GroupedTile::k128x128k64w8);
+  EXPECT_EQ(cuda::ChooseGroupedTile(128 * 512, 512), cuda::GroupedTile::k128x128k64w8);
+  EXPECT_EQ(cuda::ChooseGroupedTile(128 * 512 - 1, 512), cuda::GroupedTile::k64x128k64w8);
+  EXPECT_EQ(cuda::ChooseGroupedTile(2048 * 10, 512), cuda::GroupedTile::k64x128k64w8);
+  EXPECT_EQ(cuda::ChooseGroupedTile(900, 3), cuda::GroupedTile::k128x128k64w8);  // GroupedNvfp4ExpertsForPrefill's
+}
+
 TEST(MoeCuda, Nvfp4ExpertsAtModelWidth) {
   Q38_REQUIRE_GPU();
   BackendPair b;
