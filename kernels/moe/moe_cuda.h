@@ -53,7 +53,7 @@ inline constexpr GroupedTile kGroupedTiles[] = {GroupedTile::k64x128k64w8, Group
 const char* GroupedTileName(GroupedTile tile);
 // The route's tile for `pairs` (token, expert) pairs over E experts: 128 rows where the experts
 // average 128 pairs or more (8,192 tokens, top-10 of 512), 64 below, where 128-row tiles would
-// be mostly empty (moe_bench: 5,669 → 5,008 µs at 8,192 tokens, 1,908 → 2,134 at 2,048).
+// be mostly empty (moe_bench, run S3: 5,619 → 5,036 µs at 8,192 tokens; 1,924 against 2,169 at 2,048).
 GroupedTile ChooseGroupedTile(int64_t pairs, int64_t E);
 
 // out [T, H] = Σ_j w[t,j] · down_e(silu(gate_e(h)) ⊙ up_e(h)), e = idx[t,j] < E, rounded to FP16,
