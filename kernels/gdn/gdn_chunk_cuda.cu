@@ -233,13 +233,8 @@ __global__ void __launch_bounds__(kStateWarps<kDk> * kWarp, 2)
   // The warp's n-th chunk row for T R and P Δ, whose row i sums i + 1 terms: rows in mirrored
   // pairs (w and 2·kW − 1 − w of each 2·kW), so that every warp sums as many terms as the next
   // (rows w + kW·n left the last warp 48 terms against the first's 18 at kW = 16).
-  const auto chunk_row = [warp](int n) {
-    if constexpr (kPer % 2 == 0) {
-      return 2 * kW * (n / 2) + (n % 2 == 0 ? warp : 2 * kW - 1 - warp);
-    } else {
-      return warp + kW * n;
-    }
-  };
+  static_assert(kPer % 2 == 0, "chunk rows in mirrored pairs");
+  const auto chunk_row = [warp](int n) { return 2 * kW * (n / 2) + (n % 2 == 0 ? warp : 2 * kW - 1 - warp); };
   const int64_t j = blockIdx.x, col = static_cast<int64_t>(blockIdx.y) * kCols + lane;
   const bool live = col < dv;
   const int64_t kh = j / (Hv / Hk), width = 2 * Hk * kDk + Hv * dv, vcol = 2 * Hk * kDk + j * dv + col;

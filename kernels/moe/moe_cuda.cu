@@ -212,7 +212,7 @@ const char* GroupedTileName(GroupedTile tile) {
 }
 
 GroupedTile ChooseGroupedTile(int64_t pairs, int64_t E) {
-  return pairs >= 128 * E ? GroupedTile::k128x128k64w8 : GroupedTile::k64x128k64w8;
+  return pairs >= moe_grouped::Tile128x128k64w8::kBM * E ? GroupedTile::k128x128k64w8 : GroupedTile::k64x128k64w8;
 }
 
 void RoutedExperts(const __half* h, const int32_t* idx, const __half* w, const ExpertProjection& gate_up,
