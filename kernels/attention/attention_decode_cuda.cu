@@ -140,8 +140,6 @@ __global__ void __launch_bounds__(kMaxGroup * kWarp)
   for (int j = 0; j < kPer; ++j) pp[2 + lane * kPer + j] = acc[j];
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <int kPer>
 void Launch(const __half* q, const __half* kc, const __half* vc, const int32_t* sel, const int64_t* positions,
             __half* o, float* part, int64_t T, int64_t splits, const SelectedAttentionDims& d, cudaStream_t stream) {

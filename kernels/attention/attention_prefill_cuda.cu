@@ -160,8 +160,6 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
 bool GroupedAttentionFits(const __half* q, const __half* kcache, const __half* vcache, const SelectedAttentionDims& d) {

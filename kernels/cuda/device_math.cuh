@@ -10,6 +10,7 @@ namespace q38::cuda {
 constexpr int kWarp = 32;
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 __device__ __forceinline__ int64_t CeilDivDevice(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // A grid of kTokenColumnThreads-thread blocks over a [T, C] row-major operand, for per-token

@@ -290,8 +290,6 @@ __global__ void __launch_bounds__(kPreThreads)
   }
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // The down kernel of kRows rows a block with lane_runs runs of its stream a thread.
 template <int kRows>
 void LaunchDown(int lane_runs, const float* X, HcLastResidual last, const __half* norm, int nw_len, const __half* W,

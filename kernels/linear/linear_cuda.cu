@@ -51,8 +51,6 @@ int ScalarSplits(int64_t K, int64_t N) {
   return splits;
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
 // Tuned on one H200 with kernels/linear/linear_bench.cu --sweep over the model's decode shapes at
