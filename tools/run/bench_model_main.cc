@@ -8,12 +8,15 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 #include "tools/run/group_flags.h"
 #include "worker/engine/greedy.h"
 #include "worker/model/local_group.h"
+#include "worker/model/routing_load.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory");
 ABSL_FLAG(std::string, synthetic, "", "instead of --model: synthetic weights of this size (release | tiny), drawn on each rank");
@@ -24,6 +27,9 @@ ABSL_FLAG(int64_t, decode_tokens, 64, "tokens to decode after the prompt");
 ABSL_FLAG(int32_t, repeats, 5, "timed repeats per TP size (after one warmup)");
 ABSL_FLAG(bool, prefill_chunk_times, false,
           "also time each 8,192-token prefill chunk (the device synchronized after each): tok/s along the prompt");
+ABSL_FLAG(bool, routing_load, false,
+          "instead of timing: prefill the prompt once at the first --tp with each MoE layer's routing copied to the "
+          "host, and print how its pairs spread over the experts and the grouped route's tiles of each height");
 
 namespace q38 {
 namespace {
@@ -34,6 +40,45 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// --routing_load: one prefill of the prompt (and the two decode steps GenerateGreedy asks for, not
+// counted) at the first TP size, rank 0's view of each MoE layer's routing (the router is whole on
+// every rank; rank 0 runs in this process even with --processes), one row per prefill chunk and
+// layer. The routing hook copies to the host, so nothing here is timed, and a decode graph cannot
+// run with it.
+absl::Status PrintRoutingLoad(const ModelConfig& config, const TensorStore* store, const std::vector<int32_t>& prompt,
+                              LocalGroupOptions group) {
+  int tp;
+  const std::string first = std::string(*absl::StrSplit(absl::GetFlag(FLAGS_tp), ',').begin());
+  if (!absl::SimpleAtoi(first, &tp)) return absl::InvalidArgumentError("--tp: not a number");
+  std::vector<absl::StatusOr<ExpertLoad>> loads;
+  group.model.decode_graph = false;
+  group.model.routing = [&](Routing& r) {
+    if (r.rank == 0 && r.tokens > 1) loads.push_back(SummarizeRouting(r));
+  };
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  const auto run = [&](Model& model) -> absl::Status {
+    Engine engine(model, P + 2, config.vocab_size);
+    return GenerateGreedy(engine, prompt, 2, kPrefillChunk, false).status();
+  };
+  RETURN_IF_ERROR(store ? RunLocalGroup(config, *store, tp, run, group)
+                        : RunSyntheticGroup(config, absl::GetFlag(FLAGS_seed), tp, run, group));
+  std::cout << "Routing of a " << P << "-token prefill at TP" << tp << ": pairs an expert, and the grouped route's "
+            << "tiles of " << absl::StrJoin(kLoadTileRows, " / ") << " rows (share of their rows holding a pair)\n\n"
+            << "| layer | first position | tokens | pairs | idle experts | median | busiest | tiles | filled |\n"
+            << "|---|---|---|---|---|---|---|---|---|\n";
+  for (const absl::StatusOr<ExpertLoad>& load : loads) {
+    RETURN_IF_ERROR(load.status());
+    std::cout << "| " << load->layer << " | " << load->first_position << " | " << load->tokens << " | " << load->pairs
+              << " | " << load->idle << " | " << load->median << " | " << load->most << " | "
+              << absl::StrJoin(load->tiles, " / ") << " | "
+              << absl::StrJoin(load->filled, " / ", [](std::string* out, double f) {
+                   absl::StrAppend(out, absl::StrFormat("%.0f%%", 100 * f));
+                 })
+              << " |\n";
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Main() {
@@ -58,6 +103,7 @@ absl::Status Main() {
   if (group.processes && group.device == "cuda" && absl::StrContains(absl::GetFlag(FLAGS_tp), ',')) {
     return absl::InvalidArgumentError("--processes with --device cuda: one TP size a run");
   }
+  if (absl::GetFlag(FLAGS_routing_load)) return PrintRoutingLoad(config, store.get(), prompt, group);
   nlohmann::json report = {{"model", dir.empty() ? "synthetic:" + synthetic : dir},
                            {"synthetic_weights", !synthetic.empty()},
                            {"device", group.device}, {"decode_graph", group.model.decode_graph},
