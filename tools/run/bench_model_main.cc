@@ -42,6 +42,14 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// fn on every rank of a TP group: the checkpoint's weights, or synthetic ones where store is null.
+template <typename Fn>
+absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, int tp, const Fn& fn,
+                      const LocalGroupOptions& group) {
+  return store ? RunLocalGroup(config, *store, tp, fn, group)
+               : RunSyntheticGroup(config, absl::GetFlag(FLAGS_seed), tp, fn, group);
+}
+
 // --routing_load: one prefill of the prompt (and the two decode steps GenerateGreedy asks for, not
 // counted) at the first TP size, rank 0's view of each MoE layer's routing (the router is whole on
 // every rank; rank 0 runs in this process even with --processes), one row per prefill chunk and
@@ -62,8 +70,7 @@ absl::Status PrintRoutingLoad(const ModelConfig& config, const TensorStore* stor
     Engine engine(model, P + 2, config.vocab_size);
     return GenerateGreedy(engine, prompt, 2, kPrefillChunk, false).status();
   };
-  RETURN_IF_ERROR(store ? RunLocalGroup(config, *store, tp, run, group)
-                        : RunSyntheticGroup(config, absl::GetFlag(FLAGS_seed), tp, run, group));
+  RETURN_IF_ERROR(RunGroup(config, store, tp, run, group));
   std::cout << "Routing of a " << P << "-token prefill at TP" << tp << ": pairs an expert, and the grouped route's "
             << "tiles of " << absl::StrJoin(kLoadTileRows, " / ") << " rows (share of their rows holding a pair)\n\n"
             << "| layer | first position | tokens | pairs | idle experts | median | busiest | tiles | filled |\n"
@@ -139,8 +146,7 @@ absl::Status Main() {
       if (model.comm().rank() == 0) graph_kernels = model.backend().captured_kernels();
       return absl::OkStatus();
     };
-    RETURN_IF_ERROR(store ? RunLocalGroup(config, *store, tp, run, group)
-                          : RunSyntheticGroup(config, absl::GetFlag(FLAGS_seed), tp, run, group));
+    RETURN_IF_ERROR(RunGroup(config, store.get(), tp, run, group));
     const double pm = Median(prefill), dm = Median(decode);
     printf("%-3d %22.1f %22.1f %8.2f\n", tp, pm, dm, 1e3 / dm);
     // The greedy token adds 2 eager kernels a step (Backend::ArgMax) to the graph's.

@@ -11,7 +11,8 @@
 
 namespace q38 {
 
-// The grouped route's tile heights that the summary counts tiles for.
+// The tile heights the summary counts tiles for: the grouped route's 64 and 128 rows, and taller
+// ones it might take.
 inline constexpr int64_t kLoadTileRows[] = {64, 128, 192, 256};
 
 struct ExpertLoad {
