@@ -3,7 +3,8 @@
 // the tensor cores without cp.async or ldmatrix. Each k-step of kBK columns, every thread first
 // issues its global loads of the next step into registers, then the warps multiply the current
 // step from shared memory, then the registers go to the other of two shared buffers: one barrier
-// a step, and the next step's loads in flight during this step's math. Shared rows are padded by
+// a step, and the next step's loads in flight during this step's math (or, with kAhead = 2, the
+// loads of the step after next, in a second set of registers). Shared rows are padded by
 // 16 bytes (80 bytes at kBK = 32, 144 at 64), so that the fragment loads (8 rows of 16 bytes a
 // phase) touch 32 distinct banks. The buffers live in dynamic shared memory (DynamicShared), so a
 // tile may take more than the 48 KB of static shared memory (AllowShared: up to SM70's 96 KB).
@@ -21,11 +22,13 @@
 namespace q38::cuda {
 
 // A block tile of kBM × kBN by kWarpsM × kWarpsN warps, each warp a (kBM / kWarpsM) ×
-// (kBN / kWarpsN) grid of 16×16 accumulator fragments, kBK columns of K a step.
-template <int kBM_, int kBN_, int kWarpsM_, int kWarpsN_, int kBK_ = 32>
+// (kBN / kWarpsN) grid of 16×16 accumulator fragments, kBK columns of K a step, global loads
+// issued kAhead steps before the step that multiplies them (1, or 2 with a second set of registers).
+template <int kBM_, int kBN_, int kWarpsM_, int kWarpsN_, int kBK_ = 32, int kAhead_ = 1>
 struct TileShape {
   static constexpr int kBM = kBM_, kBN = kBN_, kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
   static constexpr int kBK = kBK_;         // K columns a step
+  static constexpr int kAhead = kAhead_;   // steps between a run's load and its products
   static constexpr int kLd = kBK + 8;      // halves a shared row: 16 bytes of padding
   static constexpr int kThreads = kWarpsM * kWarpsN * kWarp;
   static constexpr int kWM = kBM / kWarpsM, kWN = kBN / kWarpsN;
@@ -35,6 +38,7 @@ struct TileShape {
   static constexpr int kOutBytes = kWarpsM * kWarpsN * 16 * kOutLd * 4;
   static constexpr int kSharedBytes = kOperandBytes > kOutBytes ? kOperandBytes : kOutBytes;
   static_assert(kBK == 32 || kBK == 64, "steps of 32 or 64 columns");
+  static_assert(kAhead == 1 || kAhead == 2, "loads one or two steps ahead");
   static_assert(kWM % 16 == 0 && kWN % 32 == 0, "warp tiles of whole fragments, columns in pairs");
   static_assert(kSharedBytes <= 96 * 1024, "SM70's shared memory a block");
 };
@@ -144,57 +148,84 @@ __device__ __forceinline__ void PipelinedTile(PipelineShared<Shape>& s, int64_t 
   for (int i = 0; i < LayoutA::kRuns; ++i) ca[i] = a.At(la.row0 + i * LayoutA::kPass);
 #pragma unroll
   for (int i = 0; i < LayoutB::kRuns; ++i) cb[i] = b.At(lb.row0 + i * LayoutB::kPass);
-  typename SideA::Run ra[LayoutA::kRuns];
-  typename SideB::Run rb[LayoutB::kRuns];
+  // A step's runs in registers, from their loads to their stash in shared memory.
+  struct Runs {
+    typename SideA::Run a[LayoutA::kRuns];
+    typename SideB::Run b[LayoutB::kRuns];
+  };
   // Every step but a last one past K reads whole runs without a bound (a uniform branch).
-  auto fetch = [&](int k0) {
+  auto fetch = [&](Runs& r, int k0) {
     const int ka = k0 + la.col, kb = k0 + lb.col;
     if (k0 + kBK <= K32) {
 #pragma unroll
-      for (int i = 0; i < LayoutA::kRuns; ++i) ra[i] = a.Fetch(ca[i], ka, true);
+      for (int i = 0; i < LayoutA::kRuns; ++i) r.a[i] = a.Fetch(ca[i], ka, true);
 #pragma unroll
-      for (int i = 0; i < LayoutB::kRuns; ++i) rb[i] = b.Fetch(cb[i], kb, true);
+      for (int i = 0; i < LayoutB::kRuns; ++i) r.b[i] = b.Fetch(cb[i], kb, true);
     } else {
 #pragma unroll
-      for (int i = 0; i < LayoutA::kRuns; ++i) ra[i] = a.Fetch(ca[i], ka, ka < K32);
+      for (int i = 0; i < LayoutA::kRuns; ++i) r.a[i] = a.Fetch(ca[i], ka, ka < K32);
 #pragma unroll
-      for (int i = 0; i < LayoutB::kRuns; ++i) rb[i] = b.Fetch(cb[i], kb, kb < K32);
+      for (int i = 0; i < LayoutB::kRuns; ++i) r.b[i] = b.Fetch(cb[i], kb, kb < K32);
     }
   };
-  auto stash = [&](int stage) {
+  auto stash = [&](const Runs& r, int stage) {
     __half* const to_a = s.A(stage, la.row0) + la.col;
     __half* const to_b = s.B(stage, lb.row0) + lb.col;
 #pragma unroll
-    for (int i = 0; i < LayoutA::kRuns; ++i) SideA::Stash(ra[i], to_a + i * LayoutA::kPass * kLd);
+    for (int i = 0; i < LayoutA::kRuns; ++i) SideA::Stash(r.a[i], to_a + i * LayoutA::kPass * kLd);
 #pragma unroll
-    for (int i = 0; i < LayoutB::kRuns; ++i) SideB::Stash(rb[i], to_b + i * LayoutB::kPass * kLd);
+    for (int i = 0; i < LayoutB::kRuns; ++i) SideB::Stash(r.b[i], to_b + i * LayoutB::kPass * kLd);
   };
-
-  const int steps = static_cast<int>(CeilDivDevice(K, kBK));
-  fetch(0);
-  stash(0);
-  __syncthreads();
-  for (int step = 0; step < steps; ++step) {
-    const int stage = step & 1;
-    if (step + 1 < steps) fetch((step + 1) * kBK);
-    if (warp_rows) {
+  auto multiply = [&](int stage) {
 #pragma unroll
-      for (int kk = 0; kk < kBK; kk += 16) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb[kFN];
+    for (int kk = 0; kk < kBK; kk += 16) {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb[kFN];
 #pragma unroll
-        for (int j = 0; j < kFN; ++j) wmma::load_matrix_sync(fb[j], s.B(stage, wn + 16 * j) + kk, kLd);
+      for (int j = 0; j < kFN; ++j) wmma::load_matrix_sync(fb[j], s.B(stage, wn + 16 * j) + kk, kLd);
 #pragma unroll
-        for (int i = 0; i < kFM; ++i) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
-          wmma::load_matrix_sync(fa, s.A(stage, wm + 16 * i) + kk, kLd);
+      for (int i = 0; i < kFM; ++i) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+        wmma::load_matrix_sync(fa, s.A(stage, wm + 16 * i) + kk, kLd);
 #pragma unroll
-          for (int j = 0; j < kFN; ++j) wmma::mma_sync(acc[i][j], fa, fb[j], acc[i][j]);
-        }
+        for (int j = 0; j < kFN; ++j) wmma::mma_sync(acc[i][j], fa, fb[j], acc[i][j]);
       }
     }
-    // The other buffer was last read in the step before, which the barrier below it closed.
-    if (step + 1 < steps) stash(stage ^ 1);
+  };
+
+  // A stage's buffer is written only after the barrier that closed the step which last read it.
+  const int steps = static_cast<int>(CeilDivDevice(K, kBK));
+  if constexpr (Shape::kAhead == 1) {
+    Runs r;
+    fetch(r, 0);
+    stash(r, 0);
     __syncthreads();
+    for (int step = 0; step < steps; ++step) {
+      const int stage = step & 1;
+      if (step + 1 < steps) fetch(r, (step + 1) * kBK);
+      if (warp_rows) multiply(stage);
+      if (step + 1 < steps) stash(r, stage ^ 1);
+      __syncthreads();
+    }
+  } else {
+    // Two sets of runs in turn: step t's loads go out at the start of step t − 2 and reach shared
+    // memory at the end of step t − 1, so two steps of products cover their latency. Even steps
+    // multiply stage 0 from set r0, odd steps stage 1 from set r1 (named, so both stay in registers).
+    Runs r0, r1;
+    fetch(r0, 0);
+    stash(r0, 0);
+    if (steps > 1) fetch(r1, kBK);
+    __syncthreads();
+    for (int step = 0; step < steps; step += 2) {
+      if (step + 2 < steps) fetch(r0, (step + 2) * kBK);
+      if (warp_rows) multiply(0);
+      if (step + 1 < steps) stash(r1, 1);
+      __syncthreads();
+      if (step + 1 == steps) break;
+      if (step + 3 < steps) fetch(r1, (step + 3) * kBK);
+      if (warp_rows) multiply(1);
+      if (step + 2 < steps) stash(r0, 0);
+      __syncthreads();
+    }
   }
 
   float* slice = s.Out(warp);

@@ -108,6 +108,7 @@ const char* GemmTileName(GemmTile tile) {
   switch (tile) {
     case GemmTile::k128x128w8: return "128x128w8";
     case GemmTile::k128x128k64w8: return "128x128k64w8";
+    case GemmTile::k128x128k64w8a2: return "128x128k64w8a2";
     case GemmTile::k128x128w4: return "128x128w4";
     case GemmTile::k128x64w4: return "128x64w4";
     case GemmTile::k64x64w4: return "64x64w4";
@@ -138,6 +139,7 @@ void LinearGemm(GemmTile tile, const __half* x, const __half* w, __half* y, int6
   switch (tile) {
     case GemmTile::k128x128w8: gemm::LaunchTiled<gemm::Tile128x128w8, 2>(x, w, y, T, K, N, stream); break;
     case GemmTile::k128x128k64w8: gemm::LaunchTiled<gemm::Tile128x128k64w8, 2>(x, w, y, T, K, N, stream); break;
+    case GemmTile::k128x128k64w8a2: gemm::LaunchTiled<gemm::Tile128x128k64w8a2, 1>(x, w, y, T, K, N, stream); break;
     case GemmTile::k128x128w4: gemm::LaunchTiled<gemm::Tile128x128w4, 2>(x, w, y, T, K, N, stream); break;
     case GemmTile::k128x64w4: gemm::LaunchTiled<gemm::Tile128x64w4, 3>(x, w, y, T, K, N, stream); break;
     case GemmTile::k64x64w4: gemm::LaunchTiled<gemm::Tile64x64w4, 4>(x, w, y, T, K, N, stream); break;

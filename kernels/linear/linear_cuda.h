@@ -32,12 +32,12 @@ void LinearGemv(const GemvConfig& config, const __half* x, const __half* w, __ha
                 int64_t N, cudaStream_t stream);
 
 // The block tile of the prefill GEMM (T > kGemvMaxRows): 128×128 by 8 warps (K in steps of 64 or
-// 32 columns) or 4, 128×64 or 64×64 by 4 warps. The tile changes the speed only: every tile sums
-// each output in one order.
-enum class GemmTile { k128x128k64w8, k128x128w8, k128x128w4, k128x64w4, k64x64w4 };
+// 32 columns; "a2": loads two steps ahead) or 4, 128×64 or 64×64 by 4 warps. The tile changes the
+// speed only: every tile sums each output in one order.
+enum class GemmTile { k128x128k64w8, k128x128k64w8a2, k128x128w8, k128x128w4, k128x64w4, k64x64w4 };
 // Every tile, in that order (the bench's columns, the tests' cases).
-inline constexpr GemmTile kGemmTiles[] = {GemmTile::k128x128k64w8, GemmTile::k128x128w8, GemmTile::k128x128w4,
-                                          GemmTile::k128x64w4, GemmTile::k64x64w4};
+inline constexpr GemmTile kGemmTiles[] = {GemmTile::k128x128k64w8, GemmTile::k128x128k64w8a2, GemmTile::k128x128w8,
+                                          GemmTile::k128x128w4,    GemmTile::k128x64w4,       GemmTile::k64x64w4};
 const char* GemmTileName(GemmTile tile);
 
 // The tile Linear() runs for T > kGemvMaxRows where K % 8 == 0 and x, w are 16-byte aligned (a

@@ -76,11 +76,12 @@ __global__ void __launch_bounds__(Shape::kThreads, kMinBlocks)
   });
 }
 
-// The block shapes GemmTile names: 128×128 by 8 warps of 64×32 (steps of 64 or 32 columns) or 4
-// of 64×64; 128×64 by 4 warps of 64×32; 64×64 by 4 warps of 32×32; blocks an SM as their
-// registers and shared memory allow.
+// The block shapes GemmTile names: 128×128 by 8 warps of 64×32 (steps of 64 columns with loads one
+// or two steps ahead, or steps of 32) or 4 of 64×64; 128×64 by 4 warps of 64×32; 64×64 by 4 warps
+// of 32×32; blocks an SM as their registers and shared memory allow.
 using Tile128x128w8 = TileShape<128, 128, 2, 4>;
 using Tile128x128k64w8 = TileShape<128, 128, 2, 4, 64>;
+using Tile128x128k64w8a2 = TileShape<128, 128, 2, 4, 64, 2>;
 using Tile128x128w4 = TileShape<128, 128, 2, 2>;
 using Tile128x64w4 = TileShape<128, 64, 2, 2>;
 using Tile64x64w4 = TileShape<64, 64, 2, 2>;
