@@ -6,7 +6,6 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -42,6 +41,17 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// The TP sizes of --tp, in order.
+absl::StatusOr<std::vector<int>> TpSizes() {
+  std::vector<int> sizes;
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_tp), ',')) {
+    int tp;
+    if (!absl::SimpleAtoi(part, &tp)) return absl::InvalidArgumentError("--tp: not a number");
+    sizes.push_back(tp);
+  }
+  return sizes;
+}
+
 // fn on every rank of a TP group: the checkpoint's weights, or synthetic ones where store is null.
 template <typename Fn>
 absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, int tp, const Fn& fn,
@@ -56,10 +66,7 @@ absl::Status RunGroup(const ModelConfig& config, const TensorStore* store, int t
 // layer. The routing hook copies to the host, so nothing here is timed, and a decode graph cannot
 // run with it.
 absl::Status PrintRoutingLoad(const ModelConfig& config, const TensorStore* store, const std::vector<int32_t>& prompt,
-                              LocalGroupOptions group) {
-  int tp;
-  const std::string first = std::string(*absl::StrSplit(absl::GetFlag(FLAGS_tp), ',').begin());
-  if (!absl::SimpleAtoi(first, &tp)) return absl::InvalidArgumentError("--tp: not a number");
+                              int tp, LocalGroupOptions group) {
   std::vector<absl::StatusOr<ExpertLoad>> loads;
   group.model.decode_graph = false;
   group.model.routing = [&](Routing& r) {
@@ -107,18 +114,17 @@ absl::Status Main() {
   for (int64_t i = 0; i < P; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 13) % config.vocab_size);
   ASSIGN_OR_RETURN(LocalGroupOptions group, LocalGroupOptionsFromFlags());
   // CUDA does not survive a fork: the ranks of a second group would be forked from a process with a GPU.
-  if (group.processes && group.device == "cuda" && absl::StrContains(absl::GetFlag(FLAGS_tp), ',')) {
+  ASSIGN_OR_RETURN(const std::vector<int> tp_sizes, TpSizes());
+  if (group.processes && group.device == "cuda" && tp_sizes.size() > 1) {
     return absl::InvalidArgumentError("--processes with --device cuda: one TP size a run");
   }
-  if (absl::GetFlag(FLAGS_routing_load)) return PrintRoutingLoad(config, store.get(), prompt, group);
+  if (absl::GetFlag(FLAGS_routing_load)) return PrintRoutingLoad(config, store.get(), prompt, tp_sizes.front(), group);
   nlohmann::json report = {{"model", dir.empty() ? "synthetic:" + synthetic : dir},
                            {"synthetic_weights", !synthetic.empty()},
                            {"device", group.device}, {"decode_graph", group.model.decode_graph},
                            {"cuda_grid_kernels", group.cuda_grid_kernels}, {"prompt_tokens", P}, {"decode_tokens", D}, {"repeats", repeats}, {"runs", nlohmann::json::array()}};
   std::cout << "TP  prefill tok/s (median)  decode tok/s (median)  TPOT ms\n";
-  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_tp), ',')) {
-    int tp;
-    if (!absl::SimpleAtoi(part, &tp)) return absl::InvalidArgumentError("--tp: not a number");
+  for (const int tp : tp_sizes) {
     std::vector<double> prefill, decode;
     std::vector<std::vector<double>> chunk_rates;  // [chunk][repeat] tok/s
     int64_t graph_kernels = -1;  // kernels a decode step's graph launches (CUDA with --decode_graph)
