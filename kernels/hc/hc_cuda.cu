@@ -328,7 +328,8 @@ HcPreConfig HcPreChoose(int64_t S, int64_t H, int64_t R) {
   // Measured on one H100 (hc_bench, run D3, 2026-12-06, a graph of 97 pre steps): at R = 320 (324
   // rows of K = 10,240) 4 rows a block take the pair 10.88 µs against 11.59 at 2 rows and 12.54
   // at 1; at R = 16 (20 rows) 2 rows a block are best (4.52 against 4.62 at 4). 16 lanes a row of
-  // up were best or within 0.1 µs of 8 everywhere.
+  // up were best or within 0.1 µs of 8 everywhere. Run U1 (another H100) had 8 lanes ahead at the
+  // layer module (11.31 against 11.87 µs) and level at the final mixer; not yet timed in the model.
   c.down_rows = R >= 256 ? 4 : 2;
   c.up_lanes = 16;
   return c;
