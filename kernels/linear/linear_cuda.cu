@@ -116,19 +116,19 @@ const char* GemmTileName(GemmTile tile) {
   return "?";
 }
 
-// From 512 rows on, 128×128: by 4 warps in steps of 32 columns where the grid holds at least two
-// blocks for each SM of a V100 (160), else by 8 warps in steps of 64. linear_bench (run S3, H100)
-// has the 4-warp tile ahead wherever the grid is that large (241 against 234 TFLOP/s at
-// [8192 × 2560]·[2560 × 10240], 272 against 253 at GDN out, 156 against 143 at HC down's 192
-// blocks), and behind on the 80 blocks of GDN out at 512 rows (95 against 114), where 8 warps a
-// block hide more latency. Below 512 rows, untimed: the largest tile that leaves ~2 blocks for
-// each SM of a V100 (80) or an H200 (132), since a grid of fewer blocks than the GPU holds leaves
-// tensor cores idle.
-GemmTile ChooseGemm(int64_t T, int64_t /*K*/, int64_t N) {
-  constexpr int64_t kEnough = 200, kWide = 160;
-  const int64_t tall_blocks = CeilDiv(T, 128) * CeilDiv(N, 128);
-  if (T >= 512) return tall_blocks >= kWide ? GemmTile::k128x128w4 : GemmTile::k128x128k64w8;
-  if (tall_blocks >= kEnough) return GemmTile::k128x128k64w8;
+// From 512 rows on, 128×128 by 8 warps in steps of 64 with loads two steps ahead, one block an
+// SM: linear_bench (run T1, H200) has it ahead of every other tile where K is long (245.5 against
+// 239.2 TFLOP/s for the 4-warp tile at [8192 × 2560]·[2560 × 10240], 273.7 against 267.6 at GDN
+// out, 162.5 against 154.4 at HC down) and far ahead on small grids (GDN out at 512 rows: 164.9
+// against 104.7 for steps of 64 with loads one step ahead). Where K is short (HC up, K = 320, five
+// steps) a second set of loads has no room to pay, and 4 warps in steps of 32, two blocks an SM,
+// stay ahead (147.1 against 131.5). Below 512 rows, untimed: the largest tile that leaves ~2
+// blocks for each SM of a V100 (80) or an H200 (132), since a grid of fewer blocks than the GPU
+// holds leaves tensor cores idle.
+GemmTile ChooseGemm(int64_t T, int64_t K, int64_t N) {
+  constexpr int64_t kEnough = 200, kShortK = 512;
+  if (T >= 512) return K <= kShortK ? GemmTile::k128x128w4 : GemmTile::k128x128k64w8a2;
+  if (CeilDiv(T, 128) * CeilDiv(N, 128) >= kEnough) return GemmTile::k128x128k64w8;
   if (CeilDiv(T, 128) * CeilDiv(N, 64) >= kEnough) return GemmTile::k128x64w4;
   return GemmTile::k64x64w4;
 }
