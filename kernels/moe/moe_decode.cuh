@@ -118,13 +118,16 @@ struct Nvfp4Rows {
       const uint32_t at = static_cast<uint32_t>(row + k / 2);
       return {__ldg(reinterpret_cast<const uint2*>(codes + at)), __ldg(scales + (at >> 3))};
     }
-    // Two codes a half2 (E2m1PairBits: 2⁻¹⁴ × their values), times 2¹⁴ and the block scale in FP16:
-    // each product is exact (a code has at most 2 significant bits, a scale 4; 2⁻¹⁰ ≤ |value| ≤
-    // 2688), so the tile holds the values code · scale as FP32 arithmetic would round them.
+    // The tile holds code · scale · 2⁻⁷ (kUnscale undoes it in the epilogue): two codes a half2
+    // (E2m1PairBits: 2⁻¹⁴ × their values) times the block scale · 2⁷ in FP16, one multiply a pair.
+    // Each product is exact: a code has at most 2 significant bits, a scale 4, and 2⁻¹⁷ ≤ |value
+    // · 2⁻⁷| ≤ 21 keeps its 6 bits above FP16's smallest subnormal, 2⁻²⁴. Powers of two change no
+    // rounding of the FP32 products and sums, so the results have the bits of tiles holding the
+    // plain code · scale.
+    static constexpr float kUnscale = 0x1p7f;
     __device__ __forceinline__ static void Stash(const Run& r, __half* out) {
-      // E4m3ScaledHalf is 2⁻⁸ × the scale; times 2⁸ it is the scale, exactly.
-      const __half2 scale = __hmul2(__half2half2(E4m3ScaledHalf(r.scale)), __float2half2_rn(256.0f));
-      const __half2 unscale = __float2half2_rn(16384.0f);
+      // E4m3ScaledHalf is 2⁻⁸ × the scale; times 2¹⁵ it is the scale · 2⁷ (≤ 448 · 2⁷ < 65,504).
+      const __half2 scale = __hmul2(__half2half2(E4m3ScaledHalf(r.scale)), __float2half2_rn(32768.0f));
 #pragma unroll
       for (int w = 0; w < 2; ++w) {
         const uint32_t c = w == 0 ? r.c.x : r.c.y;
@@ -132,8 +135,7 @@ struct Nvfp4Rows {
         __half2 o[4];  // codes 0..7 in column order: pair p holds codes p and p + 4
 #pragma unroll
         for (int p = 0; p < 2; ++p) {
-          const __half2 lo = __hmul2(__hmul2(v[2 * p], unscale), scale),
-                        hi = __hmul2(__hmul2(v[2 * p + 1], unscale), scale);
+          const __half2 lo = __hmul2(v[2 * p], scale), hi = __hmul2(v[2 * p + 1], scale);
           o[p] = __lows2half2(lo, hi);
           o[p + 2] = __highs2half2(lo, hi);
         }
@@ -182,6 +184,7 @@ struct DenseRows {
   // Prefill's tiles (Nvfp4Rows::Tiles): the pipeline's FP16 runs, rows at offsets in halves.
   struct Tiles {
     using Run = HalfRun;
+    static constexpr float kUnscale = 1.0f;
     const __half* w;
     int64_t K;
     __device__ __forceinline__ int Offset(int64_t n) const { return static_cast<int>(n * K); }

@@ -117,6 +117,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
     GroupedExpertKernel(const __half* __restrict__ x, int64_t a_div, const int32_t* __restrict__ groups, int64_t E,
                         Rows rows, __half* __restrict__ act, float* __restrict__ pair_out) {
   constexpr int kRows = Shape::kBM;
+  constexpr float kUnscale = Rows::Tiles::kUnscale;  // the tiles' power of two, undone per product
   static_assert(Shape::kThreads >= kRows, "a thread a slot");
   PipelineShared<Shape> s{DynamicShared()};
   __shared__ int32_t pair_of[kRows];
@@ -152,7 +153,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
       float y[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const float gate = src[j] * rows.Global(e, i + j), up = src[16 + j] * rows.Global(e, I + i + j);
+        const float gate = src[j] * kUnscale * rows.Global(e, i + j),
+                    up = src[16 + j] * kUnscale * rows.Global(e, I + i + j);
         y[j] = Silu(gate) * up;
       }
       StoreHalves<8>(act + pair_of[m + r] * I + i, y);
@@ -167,8 +169,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
         const int r = q * 4 + lane / 8;
         if (m + r >= valid) break;
         const float4 v = *reinterpret_cast<const float4*>(slice + r * Shape::kOutLd + c);
-        const float4 o{v.x * rows.Global(e, nn), v.y * rows.Global(e, nn + 1), v.z * rows.Global(e, nn + 2),
-                       v.w * rows.Global(e, nn + 3)};
+        const float4 o{v.x * kUnscale * rows.Global(e, nn), v.y * kUnscale * rows.Global(e, nn + 1),
+                       v.z * kUnscale * rows.Global(e, nn + 2), v.w * kUnscale * rows.Global(e, nn + 3)};
         *reinterpret_cast<float4*>(pair_out + pair_of[m + r] * rows.N + nn) = o;
       }
     }
