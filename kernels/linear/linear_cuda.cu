@@ -117,12 +117,14 @@ const char* GemmTileName(GemmTile tile) {
 }
 
 // From 512 rows on, 128×128 by 8 warps in steps of 64 with loads two steps ahead, one block an
-// SM: linear_bench (run T1, H200) has it ahead of every other tile where K is long (245.5 against
-// 239.2 TFLOP/s for the 4-warp tile at [8192 × 2560]·[2560 × 10240], 273.7 against 267.6 at GDN
-// out, 162.5 against 154.4 at HC down) and far ahead on small grids (GDN out at 512 rows: 164.9
-// against 104.7 for steps of 64 with loads one step ahead). Where K is short (HC up, K = 320, five
-// steps) a second set of loads has no room to pay, and 4 warps in steps of 32, two blocks an SM,
-// stay ahead (147.1 against 131.5). Below 512 rows, untimed: the largest tile that leaves ~2
+// SM, where K is longer than 512. In linear_bench (run V2, H100) it leads at GDN out (278.1
+// against 273.0 TFLOP/s for the 4-warp tile), the router (172.5 against 162.0) and HC down (160.9
+// against 157.5), and far on small grids (GDN out at 512 rows: 164.8 against 107.1 for steps of 64
+// with loads one step ahead); it trails on the widest outputs (the GDN stack: 223.3 against 239.8;
+// the attention stack: 235.0 against 241.7). With this rule the model's prefill gained 0.5–1.0%
+// at 8,192 tokens and 14% at 512 (run V1, H100). Where K is short (HC up, K = 320, five steps) a
+// second set of loads has no room to pay, and the 4-warp tile in steps of 32, two blocks an SM,
+// stays ahead (138.4 against 127.9). Below 512 rows, untimed: the largest tile that leaves ~2
 // blocks for each SM of a V100 (80) or an H200 (132), since a grid of fewer blocks than the GPU
 // holds leaves tensor cores idle.
 GemmTile ChooseGemm(int64_t T, int64_t K, int64_t N) {
