@@ -328,8 +328,9 @@ HcPreConfig HcPreChoose(int64_t S, int64_t H, int64_t R) {
   // Measured on one H100 (hc_bench, run D3, 2026-12-06, a graph of 97 pre steps): at R = 320 (324
   // rows of K = 10,240) 4 rows a block take the pair 10.88 µs against 11.59 at 2 rows and 12.54
   // at 1; at R = 16 (20 rows) 2 rows a block are best (4.52 against 4.62 at 4). 16 lanes a row of
-  // up were best or within 0.1 µs of 8 everywhere. Run U1 (another H100) had 8 lanes ahead at the
-  // layer module (11.31 against 11.87 µs) and level at the final mixer; not yet timed in the model.
+  // up were best or within 0.1 µs of 8 everywhere. Runs U1 and V1 (other H100s) had 8 lanes ahead
+  // at the layer module (11.31 against 11.87 µs; 10.73 against 10.84), ~11 µs of a decode step at
+  // most, which the model's ABAB cannot resolve; 16 stay.
   c.down_rows = R >= 256 ? 4 : 2;
   c.up_lanes = 16;
   return c;
