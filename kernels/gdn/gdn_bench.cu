@@ -4,7 +4,8 @@
 // in sequence, and at one token the four as one kernel (GdnMixer; its y and state must be the four's
 // bits, else the exit status is 1). One token: µs per layer inside a CUDA graph of 36 layers (a
 // decode step's GDN layers), and eagerly, each launch on its own layer's states (copies spanning 256 MB, so the
-// states arrive cold from memory as in the model). Then 8,192 tokens (the chunked delta rule).
+// states arrive cold from memory as in the model). Then 8,192 tokens (the chunked delta rule),
+// with digests of its output and state bits.
 // The stream-read ceiling of the machine is printed beside the state's GB/s.
 // Usage: gdn_bench
 #include <cuda_fp16.h>
@@ -150,20 +151,26 @@ int Run(Bench& b) {
                 2 * l.StateBytes() / (delta * 1e3), tm.median_us, em.median_us, same ? "bitwise" : "MISMATCH");
     std::fflush(stdout);
   }
-  std::printf("\n## GDN layer, 8,192 tokens\n\nµs per layer, eager (the chunked delta rule).\n\n"
-              "| shape | conv | gates | delta rule | gated norm | all four | tok/s of a layer |\n"
-              "|---|---|---|---|---|---|---|\n");
+  std::printf("\n## GDN layer, 8,192 tokens\n\nµs per layer, eager (the chunked delta rule); digests of the "
+              "delta rule's output and state after the four from the filled inputs (two builds that print the same "
+              "wrote the same bits).\n\n"
+              "| shape | conv | gates | delta rule | gated norm | all four | tok/s of a layer | o digest | state "
+              "digest |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const Shape& c : shapes) {
     const int64_t T = 8192;
     Layers l(c.Hk, c.Hv, T, s);
+    l.All(0, s);
+    Q38_CUDA_CHECK(cudaStreamSynchronize(s));
+    const uint64_t o_bits = bench::Digest(l.o->p, T * l.V), state_bits = bench::Digest(l.State(0), l.Hv * kDk * kDv);
     const auto time = [&](const bench::Launch& f) { return b.Eager(3, f, 5, 1).median_us; };
     const double conv = time([&](int i, cudaStream_t st) { l.Conv(i, st); });
     const double gates = time([&](int, cudaStream_t st) { l.Gates(st); });
     const double delta = time([&](int i, cudaStream_t st) { l.Delta(i, st); });
     const double norm = time([&](int, cudaStream_t st) { l.Norm(st); });
     const double all = time([&](int i, cudaStream_t st) { l.All(i, st); });
-    std::printf("| %s prefill | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", c.name, conv, gates, delta, norm, all,
-                T / (all * 1e-6));
+    std::printf("| %s prefill | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %016llx | %016llx |\n", c.name, conv, gates,
+                delta, norm, all, T / (all * 1e-6), static_cast<unsigned long long>(o_bits),
+                static_cast<unsigned long long>(state_bits));
     std::fflush(stdout);
   }
   return failures;

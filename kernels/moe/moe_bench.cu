@@ -45,6 +45,7 @@ namespace {
 
 using bench::Bench;
 using bench::DeviceArray;
+using bench::Digest;
 using bench::HashUnit;
 using bench::RelativeGap;
 using bench::Timing;
@@ -91,19 +92,6 @@ struct Projection {
   }
   double BytesPerExpert() const { return N * K / 2.0 + N * K / 16.0; }
 };
-
-// FNV-1a over the output's bits, a value at a time (FP16: as earlier builds printed it).
-template <typename Bits, typename T>
-uint64_t DigestAs(const T* d, int64_t n) {
-  static_assert(sizeof(Bits) == sizeof(T));
-  std::vector<Bits> h(n);
-  Q38_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-  uint64_t x = 1469598103934665603ull;
-  for (Bits v : h) x = (x ^ v) * 1099511628211ull;
-  return x;
-}
-uint64_t Digest(const __half* d, int64_t n) { return DigestAs<uint16_t>(d, n); }
-uint64_t Digest(const float* d, int64_t n) { return DigestAs<uint32_t>(d, n); }
 
 using Nvfp4 = cuda::moe_decode::Nvfp4Rows;
 

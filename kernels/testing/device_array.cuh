@@ -1,5 +1,5 @@
 // Device buffers for the lab benches: an owned cudaMalloc'd array, FP16 device data read back as
-// floats, and deterministic pseudo-random fills.
+// floats, a digest of an output's bits, and deterministic pseudo-random fills.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -54,5 +54,19 @@ inline std::vector<float> ToHost(const float* d, size_t n) {
   Q38_CUDA_CHECK(cudaMemcpy(f.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
   return f;
 }
+
+// FNV-1a over an output's bits, a value at a time: two builds that print the same digest wrote the
+// same bits.
+template <typename Bits, typename T>
+uint64_t DigestAs(const T* d, int64_t n) {
+  static_assert(sizeof(Bits) == sizeof(T));
+  std::vector<Bits> h(n);
+  Q38_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  uint64_t x = 1469598103934665603ull;
+  for (Bits v : h) x = (x ^ v) * 1099511628211ull;
+  return x;
+}
+inline uint64_t Digest(const __half* d, int64_t n) { return DigestAs<uint16_t>(d, n); }
+inline uint64_t Digest(const float* d, int64_t n) { return DigestAs<uint32_t>(d, n); }
 
 }  // namespace q38::bench
