@@ -11,6 +11,10 @@
 #   model:PACK[:ARGS]        q38-bench-model, full-size synthetic weights at TP1 (ARGS replace the
 #                            default --prompt_tokens 8192 --decode_tokens 64 --repeats 3)
 #   ab:OLD:NEW:BENCH         scripts/gpu-ab.sh (a bench, then the model, ABAB) into ab-BENCH
+#   ncu:PACK:BIN:KERNEL[:ARGS]  Nsight Compute's full set of sections (throughputs, occupancy,
+#                            warp stall reasons, source counters) for one launch of the bench's
+#                            kernels whose name matches the regular expression KERNEL, after 3
+#                            launches skipped; the details page is the log
 # PACK is the path of a pack's .tar.xz, as carried into the call; a slim pack's full pack (its
 # LIBS_FROM) is unpacked from the .tar.xz beside it.
 set -uo pipefail
@@ -37,7 +41,7 @@ for step in "$@"; do
   n=$((n + 1))
   IFS=: read -r kind a b c <<< "$step"  # the last field keeps any further colons (gtest filters)
   # The log is named for the binary (test, bench), the pack (model) or the bench (ab).
-  case $kind in test|bench) what=$b ;; model) what=$(basename -- "$a" .tar.xz) ;; *) what=$c ;; esac
+  case $kind in test|bench|ncu) what=$b ;; model) what=$(basename -- "$a" .tar.xz) ;; *) what=$c ;; esac
   log=$(printf '%s/logs/%02d-%s-%s.log' "$work" "$n" "$kind" "$what")
   start=$(date +%s)
   case $kind in
@@ -55,6 +59,15 @@ for step in "$@"; do
           ${b:---prompt_tokens 8192 --decode_tokens 64 --repeats 3} > "$log" 2>&1 ;;
     ab)
       bash "$here/gpu-ab.sh" "$(unpack "$a")" "$(unpack "$b")" "$work/ab-$c" "$c" > "$log" 2>&1 ;;
+    ncu)
+      dir=$(unpack "$a")
+      kernel=${c%%:*}
+      args=
+      [[ $c == *:* ]] && args=${c#*:}
+      ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      # shellcheck disable=SC2086
+      LD_LIBRARY_PATH="$dir/lib" timeout 590 "$ncu" --set full --kernel-name "regex:$kernel" --launch-skip 3 \
+          --launch-count 1 --page details "$dir/bin/$b" $args > "$log" 2>&1 ;;
     *)
       echo "unknown step $step" > "$log"
       false ;;
