@@ -7,7 +7,8 @@
 //  - the generic GEMV Linear() falls back to where K is not a multiple of 8, at one decode shape;
 //  - 100 small GEMVs of mixed shapes as one graph, beside 100 empty kernels: the per-call cost
 //    as the decode graph sees it;
-//  - the prefill GEMM (T > kGemvMaxRows) at the model's prefill shapes: the old single-buffered
+//  - the prefill GEMM (T > kGemvMaxRows) at the model's prefill shapes (a stacked projection
+//    runs one product per part at T > 1, so the parts, not the stacks): the old single-buffered
 //    tile (v0, linear_gemm_v0.cuh) and every pipelined tile in TFLOP/s against the WMMA rate,
 //    each checked bitwise against v0.
 // Weights are cold in the L2 as in a decode step (which reads GBs between two uses of a matrix):
@@ -295,14 +296,18 @@ int RunGemm(Bench& b, double wmma_tflops) {
     int64_t T, N, K;
   };
   const std::vector<GemmCase> cases = {
-      {"reference [8192 × 2560]·[2560 × 10240]", 8192, 10240, 2560},
-      {"GDN stack qkv/z/b/a", 8192, 16480, 2560},
-      {"attention stack", 8192, 13952, 2560},
+      {"reference [8192 × 2560]·[2560 × 10240], GDN qkv", 8192, 10240, 2560},
+      {"GDN z, attention q and gate", 8192, 6144, 2560},
+      {"shared expert gate/up", 8192, 1280, 2560},
+      {"attention k and v, indexer q, router", 8192, 512, 2560},
+      {"indexer raw key", 8192, 128, 2560},
+      {"GDN b and a", 8192, 48, 2560},
+      {"shared expert gate", 8192, 1, 2560},
       {"GDN out / attention o", 8192, 2560, 6144},
-      {"router + shared expert", 8192, 1793, 2560},
+      {"shared expert down", 8192, 2560, 640},
       {"HC up", 8192, 10240, 320},
       {"HC down", 8192, 324, 10240},
-      {"attention stack, 512 tokens", 512, 13952, 2560},
+      {"GDN z, 512 tokens", 512, 6144, 2560},
       {"GDN out, 512 tokens", 512, 2560, 6144},
   };
   std::printf("\n## Prefill GEMM (WMMA, T > %ld)\n\nTFLOP/s (%% of the WMMA rate above) per variant; auto is ChooseGemm's tile.\n\n",

@@ -120,8 +120,9 @@ const char* GemmTileName(GemmTile tile) {
 // SM, where K is longer than 512. In linear_bench (run V2, H100) it leads at GDN out (278.1
 // against 273.0 TFLOP/s for the 4-warp tile), the router (172.5 against 162.0) and HC down (160.9
 // against 157.5), and far on small grids (GDN out at 512 rows: 164.8 against 107.1 for steps of 64
-// with loads one step ahead); it trails on the widest outputs (the GDN stack: 223.3 against 239.8;
-// the attention stack: 235.0 against 241.7). With this rule the model's prefill gained 0.5–1.2%
+// with loads one step ahead); it trails on outputs wider than a prefill runs (the GDN stack's
+// 16,480 columns as one product: 223.3 against 239.8; a prefill runs one product per part of a
+// stacked projection, 10,240 columns at most). With this rule the model's prefill gained 0.5–1.2%
 // at 8,192 tokens and 14% at 512 (run V1, H100). Where K is short (HC up, K = 320, five steps) a
 // second set of loads has no room to pay, and the 4-warp tile in steps of 32, two blocks an SM,
 // stays ahead (138.4 against 127.9). Below 512 rows, untimed: the largest tile that leaves ~2
