@@ -40,7 +40,7 @@ n=0
 for step in "$@"; do
   n=$((n + 1))
   IFS=: read -r kind a b c <<< "$step"  # the last field keeps any further colons (gtest filters)
-  # The log is named for the binary (test, bench), the pack (model) or the bench (ab).
+  # The log is named for the binary (test, bench, ncu), the pack (model) or the bench (ab).
   case $kind in test|bench|ncu) what=$b ;; model) what=$(basename -- "$a" .tar.xz) ;; *) what=$c ;; esac
   log=$(printf '%s/logs/%02d-%s-%s.log' "$work" "$n" "$kind" "$what")
   start=$(date +%s)

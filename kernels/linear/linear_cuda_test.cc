@@ -151,11 +151,13 @@ INSTANTIATE_TEST_SUITE_P(Tiles, LinearGemmTile, ::testing::ValuesIn(TileCases())
 // The tile is a function of the shape: the model's prefill shapes take the largest tiles.
 TEST(ChooseGemm, PrefillShapes) {
   EXPECT_EQ(cuda::ChooseGemm(8192, 2560, 10240), cuda::GemmTile::k128x128k64w8a2);  // GDN qkv
+  EXPECT_EQ(cuda::ChooseGemm(8192, 2560, 16480), cuda::GemmTile::k128x128k64w8a2);  // a whole stack as one product
   EXPECT_EQ(cuda::ChooseGemm(8192, 6144, 2560), cuda::GemmTile::k128x128k64w8a2);   // GDN out, attention o
   EXPECT_EQ(cuda::ChooseGemm(8192, 10240, 324), cuda::GemmTile::k128x128k64w8a2);   // HC down: 192 blocks
   EXPECT_EQ(cuda::ChooseGemm(8192, 320, 10240), cuda::GemmTile::k128x128w4);        // HC up: five steps of K
   EXPECT_EQ(cuda::ChooseGemm(512, 6144, 2560), cuda::GemmTile::k128x128k64w8a2);    // a short prompt: 80 blocks
   EXPECT_EQ(cuda::ChooseGemm(512, 2560, 6144), cuda::GemmTile::k128x128k64w8a2);    // a short prompt's attention q
+  EXPECT_EQ(cuda::ChooseGemm(512, 2560, 13952), cuda::GemmTile::k128x128k64w8a2);   // 436 blocks
   EXPECT_EQ(cuda::ChooseGemm(256, 2560, 13952), cuda::GemmTile::k128x128k64w8);   // fewer rows, wide N
   EXPECT_EQ(cuda::ChooseGemm(300, 6144, 2560), cuda::GemmTile::k64x64w4);         // fewer rows and columns
   EXPECT_EQ(cuda::ChooseGemm(384, 2560, 6144), cuda::GemmTile::k128x64w4);
